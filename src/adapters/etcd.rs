@@ -1,0 +1,329 @@
+//! The etcd v3 JSON gateway (`POST /v3/cluster/member/*`, `/v3/maintenance/*`) over reqwest.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::de::{DeserializeOwned, Deserializer};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::task::JoinSet;
+
+use crate::config::TlsFiles;
+use crate::error::{Error, Refusal};
+use crate::model::{ClusterState, ClusterView, Member, MemberId};
+use crate::ports::Members;
+
+/// A health probe is one status call: it gets less time than a membership change.
+const HEALTH_TIMEOUT: Duration = Duration::from_millis(1000);
+
+pub struct EtcdMembers {
+    client: reqwest::Client,
+    /// The last endpoint that answered as a voter: asked first next time.
+    preferred: Mutex<Option<String>>,
+}
+
+/// etcd sends every 64-bit integer as a JSON string; accept a bare number too.
+fn id<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        S(String),
+        N(u64),
+    }
+    match Raw::deserialize(d)? {
+        Raw::N(n) => Ok(n),
+        Raw::S(s) => s.parse().map_err(serde::de::Error::custom),
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct Header {
+    #[serde(default, deserialize_with = "id")]
+    cluster_id: u64,
+    #[serde(default, deserialize_with = "id")]
+    member_id: u64,
+}
+
+#[derive(Deserialize)]
+struct WireMember {
+    #[serde(rename = "ID", deserialize_with = "id")]
+    id: u64,
+    #[serde(default)]
+    name: String,
+    #[serde(rename = "peerURLs", default)]
+    peer_urls: Vec<String>,
+    #[serde(rename = "clientURLs", default)]
+    client_urls: Vec<String>,
+    #[serde(rename = "isLearner", default)]
+    is_learner: bool,
+}
+
+impl From<WireMember> for Member {
+    fn from(w: WireMember) -> Self {
+        Member {
+            id: MemberId(w.id),
+            name: w.name,
+            peer_urls: w.peer_urls,
+            client_urls: w.client_urls,
+            is_learner: w.is_learner,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct ListResponse {
+    #[serde(default)]
+    header: Header,
+    #[serde(default)]
+    members: Vec<WireMember>,
+}
+
+#[derive(Deserialize)]
+struct StatusResponse {
+    #[serde(default, deserialize_with = "id")]
+    leader: u64,
+}
+
+#[derive(Deserialize)]
+struct AddResponse {
+    member: WireMember,
+}
+
+/// 3.4/3.5 send `error` and `message`, 3.6 only `message`.
+#[derive(Deserialize)]
+struct ErrorBody {
+    message: Option<String>,
+    error: Option<String>,
+}
+
+impl EtcdMembers {
+    pub fn new(timeout: Duration, tls: Option<&TlsFiles>) -> Result<Self, Error> {
+        let mut builder = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(2)));
+        if let Some(tls) = tls {
+            let read = |var: &str, path: &str| {
+                std::fs::read(path).map_err(|e| Error::Config {
+                    var: var.into(),
+                    value: path.into(),
+                    reason: format!("cannot be read: {e}"),
+                })
+            };
+            let ca =
+                reqwest::Certificate::from_pem(&read("ETCD_CA_FILE", &tls.ca)?).map_err(|e| {
+                    Error::Config {
+                        var: "ETCD_CA_FILE".into(),
+                        value: tls.ca.clone(),
+                        reason: format!("is not a PEM certificate: {e}"),
+                    }
+                })?;
+            let mut pem = read("ETCD_CERT_FILE", &tls.cert)?;
+            pem.extend(read("ETCD_KEY_FILE", &tls.key)?);
+            let identity = reqwest::Identity::from_pem(&pem).map_err(|e| Error::Config {
+                var: "ETCD_CERT_FILE".into(),
+                value: tls.cert.clone(),
+                reason: format!("with ETCD_KEY_FILE is not a PEM client identity: {e}"),
+            })?;
+            builder = builder.add_root_certificate(ca).identity(identity);
+        }
+        let client = builder.build().map_err(|e| Error::Config {
+            var: "ETCD_CA_FILE".into(),
+            value: String::new(),
+            reason: format!("HTTP client could not be built: {e}"),
+        })?;
+        Ok(Self {
+            client,
+            preferred: Mutex::new(None),
+        })
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        operation: &'static str,
+        endpoint: &str,
+        path: &str,
+        body: Value,
+        timeout: Option<Duration>,
+    ) -> Result<T, Error> {
+        let unavailable = |e: reqwest::Error| Error::EtcdUnavailable {
+            operation,
+            endpoint: endpoint.to_string(),
+            source: Box::new(e),
+        };
+        let mut request = self
+            .client
+            .post(format!("{}{path}", endpoint.trim_end_matches('/')))
+            .json(&body);
+        if let Some(t) = timeout {
+            request = request.timeout(t);
+        }
+        let response = request.send().await.map_err(unavailable)?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(unavailable)?;
+        let protocol = |detail: String| Error::EtcdProtocol { operation, detail };
+        if status.is_success() {
+            return serde_json::from_slice(&bytes).map_err(|e| protocol(format!("{e}")));
+        }
+        // Match on etcd's message, not the HTTP status: builds map the same error differently.
+        let body: ErrorBody = serde_json::from_slice(&bytes).map_err(|_| {
+            protocol(format!(
+                "HTTP {status}: {}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+            ))
+        })?;
+        let message = body.message.or(body.error).unwrap_or_default();
+        Err(Error::EtcdRefused {
+            operation,
+            refusal: Refusal::from_message(&message),
+            message,
+        })
+    }
+
+    async fn list(&self, endpoint: &str) -> Result<ListResponse, Error> {
+        self.call(
+            "member list",
+            endpoint,
+            "/v3/cluster/member/list",
+            json!({}),
+            None,
+        )
+        .await
+    }
+
+    async fn view(&self, endpoint: &str) -> Result<ClusterView, Error> {
+        let list = self.list(endpoint).await?;
+        let answering = list.members.iter().find(|m| m.id == list.header.member_id);
+        if answering.is_some_and(|m| m.is_learner) {
+            // Learners cannot take membership calls: look for a voter.
+            return Err(Error::EtcdRefused {
+                operation: "member list",
+                refusal: Refusal::NotSupportedForLearner,
+                message: "answered by a learner".into(),
+            });
+        }
+        let members: Vec<Member> = list.members.into_iter().map(Member::from).collect();
+        let mut probes = JoinSet::new();
+        for m in members.iter().filter(|m| m.is_started()) {
+            let (id, urls) = (m.id, m.client_urls.clone());
+            let client = self.client.clone();
+            probes.spawn(async move {
+                for url in urls {
+                    let ok = client
+                        .post(format!("{url}/v3/maintenance/status"))
+                        .json(&json!({}))
+                        .timeout(HEALTH_TIMEOUT)
+                        .send()
+                        .await
+                        .is_ok_and(|r| r.status().is_success());
+                    if ok {
+                        return Some(id);
+                    }
+                }
+                None
+            });
+        }
+        let status: Result<StatusResponse, Error> = self
+            .call(
+                "status",
+                endpoint,
+                "/v3/maintenance/status",
+                json!({}),
+                Some(HEALTH_TIMEOUT * 2),
+            )
+            .await;
+        let mut healthy = std::collections::BTreeSet::new();
+        while let Some(probe) = probes.join_next().await {
+            if let Ok(Some(id)) = probe {
+                healthy.insert(id);
+            }
+        }
+        Ok(ClusterView {
+            cluster_id: list.header.cluster_id,
+            members,
+            // No `leader` in the answer means there is none.
+            leader: status
+                .ok()
+                .map(|s| s.leader)
+                .filter(|&l| l != 0)
+                .map(MemberId),
+            healthy,
+            endpoint: endpoint.to_string(),
+        })
+    }
+}
+
+impl Members for EtcdMembers {
+    async fn observe(&self, endpoints: &[String]) -> ClusterState {
+        let preferred = self.preferred.lock().unwrap().clone();
+        let ordered = preferred
+            .iter()
+            .chain(endpoints.iter().filter(|e| Some(*e) != preferred.as_ref()));
+        let mut failures = Vec::new();
+        for endpoint in ordered {
+            match self.view(endpoint).await {
+                Ok(view) => {
+                    *self.preferred.lock().unwrap() = Some(endpoint.clone());
+                    return ClusterState::Known(view);
+                }
+                Err(e) => failures.push(format!("{e:?}")),
+            }
+        }
+        *self.preferred.lock().unwrap() = None;
+        ClusterState::Unreachable {
+            detail: if failures.is_empty() {
+                "no endpoint to ask".into()
+            } else {
+                failures.join("; ")
+            },
+        }
+    }
+
+    async fn add_learner(&self, endpoint: &str, peer_url: &str) -> Result<MemberId, Error> {
+        let r: AddResponse = self
+            .call(
+                "member add",
+                endpoint,
+                "/v3/cluster/member/add",
+                json!({"peerURLs": [peer_url], "isLearner": true}),
+                None,
+            )
+            .await?;
+        Ok(MemberId(r.member.id))
+    }
+
+    async fn promote(&self, endpoint: &str, id: MemberId) -> Result<(), Error> {
+        self.call::<Value>(
+            "member promote",
+            endpoint,
+            "/v3/cluster/member/promote",
+            json!({"ID": id.0.to_string()}),
+            None,
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn remove(&self, endpoint: &str, id: MemberId) -> Result<(), Error> {
+        self.call::<Value>(
+            "member remove",
+            endpoint,
+            "/v3/cluster/member/remove",
+            json!({"ID": id.0.to_string()}),
+            None,
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn transfer_leadership(&self, leader_endpoint: &str, to: MemberId) -> Result<(), Error> {
+        self.call::<Value>(
+            "transfer leadership",
+            leader_endpoint,
+            "/v3/maintenance/transfer-leadership",
+            json!({"targetID": to.0.to_string()}),
+            None,
+        )
+        .await
+        .map(drop)
+    }
+}

@@ -1,0 +1,389 @@
+//! All configuration, read once from the environment into one struct.
+
+use std::time::Duration;
+
+use crate::error::Error;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Scheme {
+    Http,
+    Https,
+}
+
+impl Scheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Http => "http",
+            Self::Https => "https",
+        }
+    }
+}
+
+/// How etcd members reach each other and how clients reach them: what the planner needs to turn an
+/// instance address into URLs.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Topology {
+    pub peer_scheme: Scheme,
+    pub peer_port: u16,
+    pub client_scheme: Scheme,
+    pub client_port: u16,
+}
+
+impl Topology {
+    pub fn peer_url(&self, address: &str) -> String {
+        format!(
+            "{}://{}:{}",
+            self.peer_scheme.as_str(),
+            host(address),
+            self.peer_port
+        )
+    }
+
+    pub fn client_url(&self, address: &str) -> String {
+        format!(
+            "{}://{}:{}",
+            self.client_scheme.as_str(),
+            host(address),
+            self.client_port
+        )
+    }
+}
+
+fn host(address: &str) -> String {
+    if address.contains(':') {
+        format!("[{address}]")
+    } else {
+        address.to_string()
+    }
+}
+
+/// Where an instance's etcd address comes from.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum AddressSource {
+    PrivateIp,
+    /// The value of this instance tag: for multi-ENI setups, and for tests that map instances to
+    /// loopback addresses.
+    Tag(String),
+}
+
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct TlsFiles {
+    pub ca: String,
+    pub cert: String,
+    pub key: String,
+}
+
+/// The planner's share of the configuration.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Settings {
+    pub topology: Topology,
+    pub cluster_name: String,
+    /// How long a learner may stay unstarted after its config was published before it is removed
+    /// and its launch abandoned.
+    pub learner_start_timeout_secs: i64,
+}
+
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Config {
+    pub group_name: String,
+    pub launch_hook: String,
+    pub terminate_hook: String,
+    pub parameter_prefix: String,
+    pub address_source: AddressSource,
+    pub tls: Option<TlsFiles>,
+    pub settings: Settings,
+    /// Timeout of one etcd HTTP request.
+    pub etcd_timeout: Duration,
+    /// How long one invocation keeps waiting on slow steps (a learner booting, a promote not yet in
+    /// sync) before it leaves the rest to the next event or schedule.
+    pub wait_budget: Duration,
+    pub poll_interval: Duration,
+    /// Stop starting steps this long before the Lambda deadline.
+    pub deadline_margin: Duration,
+}
+
+/// The variables, for the README and for error messages.
+pub const VARIABLES: &[(&str, &str)] = &[
+    ("ASG_NAME", "required"),
+    ("LAUNCH_HOOK_NAME", "required"),
+    ("TERMINATE_HOOK_NAME", "required"),
+    ("CLUSTER_NAME", "ASG_NAME"),
+    ("PARAMETER_PREFIX", "/etcd-asg-lifecycle/<CLUSTER_NAME>"),
+    ("ADDRESS_SOURCE", "private-ip"),
+    ("ETCD_PEER_SCHEME", "http"),
+    ("ETCD_PEER_PORT", "2380"),
+    ("ETCD_CLIENT_SCHEME", "http"),
+    ("ETCD_CLIENT_PORT", "2379"),
+    ("ETCD_CA_FILE", "unset"),
+    ("ETCD_CERT_FILE", "unset"),
+    ("ETCD_KEY_FILE", "unset"),
+    ("ETCD_REQUEST_TIMEOUT_MS", "3000"),
+    ("LEARNER_START_TIMEOUT_SECS", "900"),
+    ("WAIT_BUDGET_SECS", "120"),
+    ("POLL_INTERVAL_MS", "2000"),
+    ("DEADLINE_MARGIN_MS", "5000"),
+];
+
+impl Config {
+    pub fn from_env() -> Result<Self, Error> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, Error> {
+        let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let required = |k: &str| get(k).ok_or_else(|| bad(k, "", "is required"));
+        let group_name = name_value("ASG_NAME", required("ASG_NAME")?)?;
+        let launch_hook = name_value("LAUNCH_HOOK_NAME", required("LAUNCH_HOOK_NAME")?)?;
+        let terminate_hook = name_value("TERMINATE_HOOK_NAME", required("TERMINATE_HOOK_NAME")?)?;
+        if launch_hook == terminate_hook {
+            return Err(bad(
+                "TERMINATE_HOOK_NAME",
+                &terminate_hook,
+                "must differ from LAUNCH_HOOK_NAME: a group's hook names are unique",
+            ));
+        }
+        let cluster_name = match get("CLUSTER_NAME") {
+            Some(v) => name_value("CLUSTER_NAME", v)?,
+            None => group_name.clone(),
+        };
+        let parameter_prefix = get("PARAMETER_PREFIX")
+            .unwrap_or_else(|| format!("/etcd-asg-lifecycle/{cluster_name}"));
+        let parameter_prefix = parameter_prefix.trim_end_matches('/').to_string();
+        if !parameter_prefix.starts_with('/')
+            || parameter_prefix.len() < 2
+            || !parameter_prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/_.-".contains(c))
+        {
+            return Err(bad(
+                "PARAMETER_PREFIX",
+                &parameter_prefix,
+                "must be an SSM path: '/' then letters, digits, '/', '_', '.', '-'",
+            ));
+        }
+        let address_source = match get("ADDRESS_SOURCE").as_deref() {
+            None | Some("private-ip") => AddressSource::PrivateIp,
+            Some(v) => match v.strip_prefix("tag:") {
+                Some(tag) if !tag.is_empty() => AddressSource::Tag(tag.to_string()),
+                _ => {
+                    return Err(bad(
+                        "ADDRESS_SOURCE",
+                        v,
+                        "must be 'private-ip' or 'tag:<tag key>'",
+                    ))
+                }
+            },
+        };
+        let tls = match (
+            get("ETCD_CA_FILE"),
+            get("ETCD_CERT_FILE"),
+            get("ETCD_KEY_FILE"),
+        ) {
+            (None, None, None) => None,
+            (Some(ca), Some(cert), Some(key)) => Some(TlsFiles { ca, cert, key }),
+            (ca, cert, _) => {
+                let missing = if ca.is_none() {
+                    "ETCD_CA_FILE"
+                } else if cert.is_none() {
+                    "ETCD_CERT_FILE"
+                } else {
+                    "ETCD_KEY_FILE"
+                };
+                return Err(bad(
+                    missing,
+                    "",
+                    "is required when any of ETCD_CA_FILE, ETCD_CERT_FILE, ETCD_KEY_FILE is set",
+                ));
+            }
+        };
+        let topology = Topology {
+            peer_scheme: scheme(&get, "ETCD_PEER_SCHEME")?,
+            peer_port: number(&get, "ETCD_PEER_PORT", 2380, 1, 65535)? as u16,
+            client_scheme: scheme(&get, "ETCD_CLIENT_SCHEME")?,
+            client_port: number(&get, "ETCD_CLIENT_PORT", 2379, 1, 65535)? as u16,
+        };
+        Ok(Self {
+            group_name,
+            launch_hook,
+            terminate_hook,
+            parameter_prefix,
+            address_source,
+            tls,
+            settings: Settings {
+                topology,
+                cluster_name,
+                learner_start_timeout_secs: number(
+                    &get,
+                    "LEARNER_START_TIMEOUT_SECS",
+                    900,
+                    10,
+                    86_400,
+                )? as i64,
+            },
+            etcd_timeout: Duration::from_millis(number(
+                &get,
+                "ETCD_REQUEST_TIMEOUT_MS",
+                3000,
+                100,
+                60_000,
+            )?),
+            wait_budget: Duration::from_secs(number(&get, "WAIT_BUDGET_SECS", 120, 0, 900)?),
+            poll_interval: Duration::from_millis(number(
+                &get,
+                "POLL_INTERVAL_MS",
+                2000,
+                50,
+                60_000,
+            )?),
+            deadline_margin: Duration::from_millis(number(
+                &get,
+                "DEADLINE_MARGIN_MS",
+                5000,
+                0,
+                60_000,
+            )?),
+        })
+    }
+}
+
+fn bad(var: &str, value: &str, reason: &str) -> Error {
+    Error::Config {
+        var: var.to_string(),
+        value: value.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Group, hook and cluster names as AWS allows them (1-255 printable characters, no control
+/// characters), so a hostile value is refused at start rather than echoed into parameters.
+fn name_value(var: &str, value: String) -> Result<String, Error> {
+    if value.len() > 255
+        || value
+            .chars()
+            .any(|c| c.is_control() || c == ',' || c == '=')
+    {
+        return Err(bad(
+            var,
+            &value,
+            "must be at most 255 characters without control characters, ',' or '='",
+        ));
+    }
+    Ok(value)
+}
+
+fn scheme(get: &impl Fn(&str) -> Option<String>, var: &str) -> Result<Scheme, Error> {
+    match get(var).as_deref() {
+        None | Some("http") => Ok(Scheme::Http),
+        Some("https") => Ok(Scheme::Https),
+        Some(v) => Err(bad(var, v, "must be 'http' or 'https'")),
+    }
+}
+
+fn number(
+    get: &impl Fn(&str) -> Option<String>,
+    var: &str,
+    default: u64,
+    min: u64,
+    max: u64,
+) -> Result<u64, Error> {
+    let Some(raw) = get(var) else {
+        return Ok(default);
+    };
+    match raw.trim().parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(bad(
+            var,
+            &raw,
+            &format!("must be a whole number from {min} to {max}"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let mut map: HashMap<String, String> = [
+            ("ASG_NAME", "etcd"),
+            ("LAUNCH_HOOK_NAME", "etcd-launch"),
+            ("TERMINATE_HOOK_NAME", "etcd-terminate"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        for (k, v) in pairs {
+            map.insert(k.to_string(), v.to_string());
+        }
+        move |k| map.get(k).cloned()
+    }
+
+    fn error_text(pairs: &[(&str, &str)]) -> String {
+        Config::from_lookup(env(pairs)).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn defaults_fill_everything_but_the_names() {
+        let c = Config::from_lookup(env(&[])).unwrap();
+        assert_eq!(c.parameter_prefix, "/etcd-asg-lifecycle/etcd");
+        assert_eq!(c.settings.cluster_name, "etcd");
+        assert_eq!(c.address_source, AddressSource::PrivateIp);
+        assert_eq!(
+            c.settings.topology.peer_url("10.0.0.7"),
+            "http://10.0.0.7:2380"
+        );
+        assert_eq!(
+            c.settings.topology.client_url("fd00::7"),
+            "http://[fd00::7]:2379"
+        );
+        assert_eq!(c.tls, None);
+    }
+
+    #[test]
+    fn tag_address_source_and_https() {
+        let c = Config::from_lookup(env(&[
+            ("ADDRESS_SOURCE", "tag:etcd-address"),
+            ("ETCD_PEER_SCHEME", "https"),
+            ("ETCD_CLIENT_PORT", "12379"),
+            ("PARAMETER_PREFIX", "/prod/etcd/"),
+        ]))
+        .unwrap();
+        assert_eq!(c.address_source, AddressSource::Tag("etcd-address".into()));
+        assert_eq!(
+            c.settings.topology.peer_url("127.0.0.2"),
+            "https://127.0.0.2:2380"
+        );
+        assert_eq!(
+            c.settings.topology.client_url("127.0.0.2"),
+            "http://127.0.0.2:12379"
+        );
+        assert_eq!(c.parameter_prefix, "/prod/etcd");
+    }
+
+    #[test]
+    fn bad_values_are_reported_with_variable_and_value() {
+        let e = error_text(&[("ETCD_PEER_PORT", "70000")]);
+        assert!(e.contains("ETCD_PEER_PORT") && e.contains("70000"), "{e}");
+        let e = error_text(&[("ADDRESS_SOURCE", "public-ip")]);
+        assert!(
+            e.contains("ADDRESS_SOURCE") && e.contains("public-ip"),
+            "{e}"
+        );
+        let e = error_text(&[("PARAMETER_PREFIX", "etcd")]);
+        assert!(
+            e.contains("PARAMETER_PREFIX") && e.contains("\"etcd\""),
+            "{e}"
+        );
+        let e = error_text(&[("ETCD_CLIENT_SCHEME", "ftp")]);
+        assert!(e.contains("ETCD_CLIENT_SCHEME") && e.contains("ftp"), "{e}");
+        let e = error_text(&[("ETCD_CA_FILE", "/ca.pem")]);
+        assert!(e.contains("ETCD_CERT_FILE"), "{e}");
+        let e = error_text(&[("CLUSTER_NAME", "a,b=c")]);
+        assert!(e.contains("CLUSTER_NAME"), "{e}");
+        let e = error_text(&[("TERMINATE_HOOK_NAME", "etcd-launch")]);
+        assert!(e.contains("TERMINATE_HOOK_NAME"), "{e}");
+        let e = Config::from_lookup(|_| None).unwrap_err().to_string();
+        assert!(e.contains("ASG_NAME") && e.contains("required"), "{e}");
+    }
+}

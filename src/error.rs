@@ -1,0 +1,209 @@
+//! One error type for the whole function. Causes are kept, and each error says whether trying
+//! again later can help: Lambda's async retries and the schedule are our retry loop.
+
+use std::fmt;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// How etcd refused a membership call, from the `message` of its answer.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Refusal {
+    TooManyLearners,
+    LearnerNotInSync,
+    NotALearner,
+    MemberNotFound,
+    PeerUrlExists,
+    InvalidPeerUrls,
+    BadLeaderTransferee,
+    NotEnoughStartedMembers,
+    UnhealthyCluster,
+    NotSupportedForLearner,
+    NoLeader,
+    Other,
+}
+
+impl Refusal {
+    pub fn from_message(message: &str) -> Self {
+        const KNOWN: &[(&str, Refusal)] = &[
+            ("too many learner members", Refusal::TooManyLearners),
+            ("which is in sync with leader", Refusal::LearnerNotInSync),
+            ("can only promote a learner member", Refusal::NotALearner),
+            ("member not found", Refusal::MemberNotFound),
+            ("peer urls already exists", Refusal::PeerUrlExists),
+            ("given member urls are invalid", Refusal::InvalidPeerUrls),
+            ("bad leader transferee", Refusal::BadLeaderTransferee),
+            (
+                "not enough started members",
+                Refusal::NotEnoughStartedMembers,
+            ),
+            ("unhealthy cluster", Refusal::UnhealthyCluster),
+            (
+                "rpc not supported for learner",
+                Refusal::NotSupportedForLearner,
+            ),
+            ("no leader", Refusal::NoLeader),
+        ];
+        let lower = message.to_ascii_lowercase();
+        KNOWN
+            .iter()
+            .find(|(needle, _)| lower.contains(needle))
+            .map(|(_, r)| *r)
+            .unwrap_or(Refusal::Other)
+    }
+}
+
+#[derive(thiserror::Error)]
+pub enum Error {
+    #[error("configuration: {var}={value:?} {reason}")]
+    Config {
+        var: String,
+        value: String,
+        reason: String,
+    },
+    #[error("AWS {operation} failed")]
+    Aws {
+        operation: &'static str,
+        #[source]
+        source: BoxError,
+    },
+    #[error("Auto Scaling group {0:?} does not exist")]
+    GroupNotFound(String),
+    #[error("parameter {name} holds something unreadable: {detail}")]
+    BadParameter { name: String, detail: String },
+    #[error("etcd {operation} via {endpoint} got no answer")]
+    EtcdUnavailable {
+        operation: &'static str,
+        endpoint: String,
+        #[source]
+        source: BoxError,
+    },
+    #[error("etcd refused {operation} ({refusal:?}): {message}")]
+    EtcdRefused {
+        operation: &'static str,
+        refusal: Refusal,
+        message: String,
+    },
+    #[error("etcd {operation} answered in a form we cannot read: {detail}")]
+    EtcdProtocol {
+        operation: &'static str,
+        detail: String,
+    },
+}
+
+impl Error {
+    /// Whether a later invocation may succeed where this one failed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Config { .. } | Self::GroupNotFound(_) | Self::BadParameter { .. } => false,
+            Self::EtcdRefused { refusal, .. } => !matches!(refusal, Refusal::InvalidPeerUrls),
+            Self::Aws { .. } | Self::EtcdUnavailable { .. } | Self::EtcdProtocol { .. } => true,
+        }
+    }
+
+    pub fn refusal(&self) -> Option<Refusal> {
+        match self {
+            Self::EtcdRefused { refusal, .. } => Some(*refusal),
+            _ => None,
+        }
+    }
+
+    /// What CloudWatch shows as the error type of a failed invocation.
+    pub fn kind(&self) -> String {
+        let what = match self {
+            Self::Config { .. } => "Config",
+            Self::Aws { operation, .. } => return format!("{}.Aws.{operation}", self.class()),
+            Self::GroupNotFound(_) => "GroupNotFound",
+            Self::BadParameter { .. } => "BadParameter",
+            Self::EtcdUnavailable { .. } => "EtcdUnavailable",
+            Self::EtcdRefused { refusal, .. } => {
+                return format!("{}.EtcdRefused.{refusal:?}", self.class())
+            }
+            Self::EtcdProtocol { .. } => "EtcdProtocol",
+        };
+        format!("{}.{what}", self.class())
+    }
+
+    fn class(&self) -> &'static str {
+        if self.is_retryable() {
+            "Retryable"
+        } else {
+            "Fatal"
+        }
+    }
+}
+
+/// The whole cause chain on one line: this is what lands in the logs.
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")?;
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            write!(f, ": {c}")?;
+            cause = c.source();
+        }
+        Ok(())
+    }
+}
+
+impl From<Error> for lambda_runtime::Diagnostic {
+    fn from(e: Error) -> Self {
+        Self {
+            error_type: e.kind(),
+            error_message: format!("{e:?}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_read_from_etcd_messages() {
+        let cases = [
+            (
+                "etcdserver: too many learner members in cluster",
+                Refusal::TooManyLearners,
+            ),
+            (
+                "etcdserver: can only promote a learner member which is in sync with leader",
+                Refusal::LearnerNotInSync,
+            ),
+            (
+                "etcdserver: can only promote a learner member",
+                Refusal::NotALearner,
+            ),
+            ("etcdserver: member not found", Refusal::MemberNotFound),
+            (
+                "etcdserver: Peer URLs already exists",
+                Refusal::PeerUrlExists,
+            ),
+            (
+                "etcdserver: re-configuration failed due to not enough started members",
+                Refusal::NotEnoughStartedMembers,
+            ),
+            ("etcdserver: unhealthy cluster", Refusal::UnhealthyCluster),
+            ("etcdserver: no leader", Refusal::NoLeader),
+            ("something new", Refusal::Other),
+        ];
+        for (msg, want) in cases {
+            assert_eq!(Refusal::from_message(msg), want, "{msg}");
+        }
+    }
+
+    #[test]
+    fn debug_form_carries_the_cause_and_kind_says_retryable() {
+        let e = Error::Aws {
+            operation: "DescribeAutoScalingGroups",
+            source: "connection refused".into(),
+        };
+        assert_eq!(
+            format!("{e:?}"),
+            "AWS DescribeAutoScalingGroups failed: connection refused"
+        );
+        assert_eq!(e.kind(), "Retryable.Aws.DescribeAutoScalingGroups");
+        let e = Error::GroupNotFound("x".into());
+        assert_eq!(e.kind(), "Fatal.GroupNotFound");
+        assert!(!e.is_retryable());
+    }
+}

@@ -1,0 +1,20 @@
+//! Keeps an etcd cluster's membership in step with the EC2 Auto Scaling group it runs in.
+//!
+//! Every invocation observes the group, the published configs and the member list, asks the pure
+//! [`planner`] for the next safe step and applies it, until nothing is left to do.
+
+pub mod adapters;
+pub mod config;
+pub mod error;
+pub mod event;
+pub mod model;
+pub mod planner;
+pub mod ports;
+pub mod reconciler;
+
+#[cfg(test)]
+mod fake;
+
+pub use config::Config;
+pub use error::Error;
+pub use reconciler::{Reconciler, Response};

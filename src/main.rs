@@ -1,0 +1,58 @@
+//! Wiring only: configuration, clients, tracing, then the runtime loop.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use etcd_asg_lifecycle::adapters::autoscaling::{AutoScalingGroup, LifecycleHooks};
+use etcd_asg_lifecycle::adapters::etcd::EtcdMembers;
+use etcd_asg_lifecycle::adapters::ssm::SsmParameters;
+use etcd_asg_lifecycle::{reconciler, Config, Reconciler};
+use lambda_runtime::{run, service_fn, tracing, Diagnostic, LambdaEvent};
+use serde_json::Value;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    tracing::init_default_subscriber();
+    let config =
+        Config::from_env().inspect_err(|e| tracing::error!(error = ?e, "bad configuration"))?;
+    let aws = aws_config::load_from_env().await;
+    let autoscaling = aws_sdk_autoscaling::Client::new(&aws);
+    let reconciler = Reconciler {
+        group: AutoScalingGroup {
+            autoscaling: autoscaling.clone(),
+            ec2: aws_sdk_ec2::Client::new(&aws),
+            group: config.group_name.clone(),
+            address: config.address_source.clone(),
+        },
+        lifecycle: LifecycleHooks {
+            autoscaling,
+            group: config.group_name.clone(),
+            launch_hook: config.launch_hook.clone(),
+            terminate_hook: config.terminate_hook.clone(),
+        },
+        published: SsmParameters {
+            ssm: aws_sdk_ssm::Client::new(&aws),
+            prefix: config.parameter_prefix.clone(),
+        },
+        members: EtcdMembers::new(config.etcd_timeout, config.tls.as_ref())?,
+        config,
+        clock: reconciler::system_clock(),
+    };
+    let reconciler = &reconciler;
+    run(service_fn(move |event: LambdaEvent<Value>| async move {
+        let deadline = instant_of(event.context.deadline);
+        reconciler
+            .handle(&event.payload, deadline)
+            .await
+            .inspect_err(|e| tracing::error!(error = ?e, kind = %e.kind(), "invocation failed"))
+            .map_err(Diagnostic::from)
+    }))
+    .await
+}
+
+/// The runtime gives the deadline as epoch milliseconds.
+fn instant_of(deadline_ms: u64) -> Instant {
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    Instant::now() + Duration::from_millis(deadline_ms.saturating_sub(now_ms))
+}

@@ -1,0 +1,348 @@
+//! What the reconciler observes and what it publishes, in our own terms: no AWS or HTTP types.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// Seconds since the Unix epoch. The planner never reads a clock: time is passed in.
+pub type Timestamp = i64;
+
+/// An etcd member id. etcd speaks decimal on the JSON gateway and hex in etcdctl; we log hex.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct MemberId(pub u64);
+
+impl fmt::Display for MemberId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:x}", self.0)
+    }
+}
+
+/// The lifecycle states Auto Scaling reports for an instance in a group.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum LifecycleState {
+    Pending,
+    PendingWait,
+    PendingProceed,
+    InService,
+    Terminating,
+    TerminatingWait,
+    TerminatingProceed,
+    Terminated,
+    Standby,
+    Detaching,
+    /// Warm-pool and future states: kept verbatim, treated as neither joining nor leaving.
+    Other(String),
+}
+
+impl LifecycleState {
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "Pending" => Self::Pending,
+            "Pending:Wait" => Self::PendingWait,
+            "Pending:Proceed" => Self::PendingProceed,
+            "InService" => Self::InService,
+            "Terminating" => Self::Terminating,
+            "Terminating:Wait" => Self::TerminatingWait,
+            "Terminating:Proceed" => Self::TerminatingProceed,
+            "Terminated" => Self::Terminated,
+            "Standby" => Self::Standby,
+            "Detaching" => Self::Detaching,
+            other => Self::Other(other.to_string()),
+        }
+    }
+
+    /// Instances that should be (or become) members of the cluster.
+    pub fn wants_membership(&self) -> bool {
+        matches!(
+            self,
+            Self::Pending | Self::PendingWait | Self::PendingProceed | Self::InService
+        )
+    }
+
+    /// Instances still running etcd (or about to): a member of one is not an orphan.
+    pub fn is_present(&self) -> bool {
+        self.wants_membership()
+            || matches!(self, Self::TerminatingWait | Self::Standby | Self::Other(_))
+    }
+}
+
+impl fmt::Display for LifecycleState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            Self::Pending => "Pending",
+            Self::PendingWait => "Pending:Wait",
+            Self::PendingProceed => "Pending:Proceed",
+            Self::InService => "InService",
+            Self::Terminating => "Terminating",
+            Self::TerminatingWait => "Terminating:Wait",
+            Self::TerminatingProceed => "Terminating:Proceed",
+            Self::Terminated => "Terminated",
+            Self::Standby => "Standby",
+            Self::Detaching => "Detaching",
+            Self::Other(s) => s,
+        };
+        f.write_str(s)
+    }
+}
+
+/// One instance of the group, as Auto Scaling and EC2 describe it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Instance {
+    pub id: String,
+    pub state: LifecycleState,
+    /// The address etcd peers and clients reach it on; None until EC2 reports one.
+    pub address: Option<String>,
+    pub launched_at: Timestamp,
+}
+
+/// One etcd member, as the members API lists it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Member {
+    pub id: MemberId,
+    /// Empty until the member's process has started and joined.
+    pub name: String,
+    pub peer_urls: Vec<String>,
+    pub client_urls: Vec<String>,
+    pub is_learner: bool,
+}
+
+impl Member {
+    pub fn is_started(&self) -> bool {
+        !self.name.is_empty()
+    }
+}
+
+/// What the members API told us, or that nobody answered.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum ClusterState {
+    /// No client URL we know of answered a member list: no cluster yet, or one we cannot see.
+    Unreachable {
+        detail: String,
+    },
+    Known(ClusterView),
+}
+
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ClusterView {
+    pub cluster_id: u64,
+    pub members: Vec<Member>,
+    pub leader: Option<MemberId>,
+    /// Members whose own client URL answered a status request in this observation.
+    pub healthy: BTreeSet<MemberId>,
+    /// The client URL that answered the member list: a voting member, so membership calls go there.
+    pub endpoint: String,
+}
+
+impl ClusterView {
+    pub fn member(&self, id: MemberId) -> Option<&Member> {
+        self.members.iter().find(|m| m.id == id)
+    }
+
+    pub fn voters(&self) -> impl Iterator<Item = &Member> {
+        self.members.iter().filter(|m| !m.is_learner)
+    }
+
+    pub fn learners(&self) -> impl Iterator<Item = &Member> {
+        self.members.iter().filter(|m| m.is_learner)
+    }
+}
+
+/// The create-once fence for bootstrap: whoever writes this first seeds the cluster.
+#[derive(Clone, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
+pub struct ClusterRecord {
+    pub token: String,
+    pub seed: String,
+    pub created_at: Timestamp,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum InitialState {
+    New,
+    Existing,
+}
+
+impl InitialState {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::New => "new",
+            Self::Existing => "existing",
+        }
+    }
+}
+
+/// Exactly what one instance's etcd needs to start, published as an env file.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct MemberConfig {
+    pub name: String,
+    /// `name=peerURL` pairs, in member-id order so the text is stable across observations.
+    pub initial_cluster: Vec<(String, String)>,
+    pub state: InitialState,
+    pub token: String,
+    pub peer_url: String,
+    pub client_url: String,
+}
+
+impl MemberConfig {
+    /// The env file an instance hands to etcd unchanged (etcd reads `ETCD_*` variables).
+    pub fn to_env(&self) -> String {
+        let cluster = self
+            .initial_cluster
+            .iter()
+            .map(|(n, u)| format!("{n}={u}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        format!(
+            "ETCD_NAME={}\nETCD_INITIAL_CLUSTER={}\nETCD_INITIAL_CLUSTER_STATE={}\n\
+             ETCD_INITIAL_CLUSTER_TOKEN={}\nETCD_INITIAL_ADVERTISE_PEER_URLS={}\n\
+             ETCD_ADVERTISE_CLIENT_URLS={}\n",
+            self.name,
+            cluster,
+            self.state.as_str(),
+            self.token,
+            self.peer_url,
+            self.client_url
+        )
+    }
+
+    pub fn parse_env(text: &str) -> Result<Self, String> {
+        let mut vars = BTreeMap::new();
+        for line in text.lines().map(str::trim) {
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (k, v) = line
+                .split_once('=')
+                .ok_or_else(|| format!("line {line:?} is not KEY=VALUE"))?;
+            vars.insert(k, v);
+        }
+        let get = |k: &str| {
+            vars.get(k)
+                .map(|v| v.to_string())
+                .ok_or_else(|| format!("{k} is missing"))
+        };
+        let initial_cluster = get("ETCD_INITIAL_CLUSTER")?
+            .split(',')
+            .map(|pair| {
+                pair.split_once('=')
+                    .map(|(n, u)| (n.to_string(), u.to_string()))
+                    .ok_or_else(|| format!("initial-cluster entry {pair:?} is not name=url"))
+            })
+            .collect::<Result<_, _>>()?;
+        let state = match get("ETCD_INITIAL_CLUSTER_STATE")?.as_str() {
+            "new" => InitialState::New,
+            "existing" => InitialState::Existing,
+            other => {
+                return Err(format!(
+                    "ETCD_INITIAL_CLUSTER_STATE {other:?} is not new|existing"
+                ))
+            }
+        };
+        Ok(Self {
+            name: get("ETCD_NAME")?,
+            initial_cluster,
+            state,
+            token: get("ETCD_INITIAL_CLUSTER_TOKEN")?,
+            peer_url: get("ETCD_INITIAL_ADVERTISE_PEER_URLS")?,
+            client_url: get("ETCD_ADVERTISE_CLIENT_URLS")?,
+        })
+    }
+}
+
+/// A member config as found in the parameter store, with when it was written.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Published {
+    pub config: MemberConfig,
+    pub published_at: Timestamp,
+}
+
+/// Everything under the parameter prefix.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct PublishedState {
+    pub cluster: Option<ClusterRecord>,
+    /// Keyed by instance id.
+    pub members: BTreeMap<String, Published>,
+}
+
+/// One complete look at the world; the planner decides from this alone.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Observation {
+    pub instances: Vec<Instance>,
+    pub cluster: ClusterState,
+    pub published: PublishedState,
+    pub now: Timestamp,
+}
+
+impl Observation {
+    pub fn instance(&self, id: &str) -> Option<&Instance> {
+        self.instances.iter().find(|i| i.id == id)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
+pub enum Transition {
+    Launch,
+    Terminate,
+}
+
+impl fmt::Display for Transition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Launch => "launch",
+            Self::Terminate => "terminate",
+        })
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ActionResult {
+    Continue,
+    Abandon,
+}
+
+impl ActionResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Continue => "CONTINUE",
+            Self::Abandon => "ABANDON",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_config_env_round_trips() {
+        let cfg = MemberConfig {
+            name: "i-0abc".into(),
+            initial_cluster: vec![
+                ("i-0aaa".into(), "http://10.0.0.1:2380".into()),
+                ("i-0abc".into(), "http://10.0.0.2:2380".into()),
+            ],
+            state: InitialState::Existing,
+            token: "etcd-i-0aaa".into(),
+            peer_url: "http://10.0.0.2:2380".into(),
+            client_url: "http://10.0.0.2:2379".into(),
+        };
+        let env = cfg.to_env();
+        assert!(env.contains(
+            "ETCD_INITIAL_CLUSTER=i-0aaa=http://10.0.0.1:2380,i-0abc=http://10.0.0.2:2380\n"
+        ));
+        assert!(env.contains("ETCD_INITIAL_CLUSTER_STATE=existing\n"));
+        assert_eq!(MemberConfig::parse_env(&env).unwrap(), cfg);
+    }
+
+    #[test]
+    fn member_config_parse_names_the_missing_variable() {
+        let err = MemberConfig::parse_env("ETCD_NAME=x\n").unwrap_err();
+        assert!(err.contains("ETCD_INITIAL_CLUSTER"), "{err}");
+    }
+
+    #[test]
+    fn member_id_displays_in_hex_like_etcdctl() {
+        assert_eq!(
+            MemberId(5902601874476430397).to_string(),
+            "51ea4121aab8f43d"
+        );
+    }
+}

@@ -1,0 +1,88 @@
+//! What the reconciler needs from the world, in domain terms. Each port has a real adapter in
+//! `adapters` and an in-memory fake for the handler tests.
+
+use std::future::Future;
+
+use crate::error::Error;
+use crate::model::{
+    ActionResult, ClusterRecord, ClusterState, Instance, MemberConfig, MemberId, PublishedState,
+    Transition,
+};
+
+/// The group's instances with their lifecycle states and addresses.
+pub trait Group: Send + Sync {
+    fn instances(&self) -> impl Future<Output = Result<Vec<Instance>, Error>> + Send;
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Completion {
+    Done,
+    /// AWS holds no such action any more: someone (or an earlier try of ours) already finished it.
+    NotPending,
+}
+
+/// The group's lifecycle hooks, addressed by instance id so no token needs remembering.
+pub trait Lifecycle: Send + Sync {
+    fn complete(
+        &self,
+        instance: &str,
+        transition: Transition,
+        result: ActionResult,
+    ) -> impl Future<Output = Result<Completion, Error>> + Send;
+
+    fn heartbeat(
+        &self,
+        instance: &str,
+        transition: Transition,
+    ) -> impl Future<Output = Result<Completion, Error>> + Send;
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Created {
+    Created,
+    AlreadyExists,
+}
+
+/// The published cluster record and per-instance configs.
+pub trait PublishedConfig: Send + Sync {
+    fn load(&self) -> impl Future<Output = Result<PublishedState, Error>> + Send;
+    /// Create-only: never overwrites an existing record.
+    fn create_cluster(
+        &self,
+        record: &ClusterRecord,
+    ) -> impl Future<Output = Result<Created, Error>> + Send;
+    fn publish(
+        &self,
+        instance: &str,
+        config: &MemberConfig,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Deleting what is already gone succeeds.
+    fn unpublish(&self, instance: &str) -> impl Future<Output = Result<(), Error>> + Send;
+}
+
+/// The etcd members API.
+pub trait Members: Send + Sync {
+    /// Asks the endpoints in turn; never fails: nobody answering is itself an observation.
+    fn observe(&self, endpoints: &[String]) -> impl Future<Output = ClusterState> + Send;
+    fn add_learner(
+        &self,
+        endpoint: &str,
+        peer_url: &str,
+    ) -> impl Future<Output = Result<MemberId, Error>> + Send;
+    fn promote(
+        &self,
+        endpoint: &str,
+        id: MemberId,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+    fn remove(
+        &self,
+        endpoint: &str,
+        id: MemberId,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Sent to the current leader.
+    fn transfer_leadership(
+        &self,
+        leader_endpoint: &str,
+        to: MemberId,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+}

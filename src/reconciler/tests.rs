@@ -1,0 +1,317 @@
+//! The handler against the in-memory world: given a group and a cluster, when events arrive
+//! (duplicated, reordered, lost, concurrent), then the cluster converges with no step repeated.
+
+use super::*;
+use crate::fake::Fake;
+use crate::model::{InitialState, LifecycleState};
+use serde_json::json;
+
+fn reconciler(world: &Fake) -> Reconciler<Fake, Fake, Fake, Fake> {
+    let config = Config::from_lookup(|k| {
+        match k {
+            "ASG_NAME" => Some("etcd"),
+            "LAUNCH_HOOK_NAME" => Some("etcd-launch"),
+            "TERMINATE_HOOK_NAME" => Some("etcd-terminate"),
+            // Never wait inside an invocation: the test boots instances between invocations.
+            "WAIT_BUDGET_SECS" => Some("0"),
+            "POLL_INTERVAL_MS" => Some("50"),
+            "DEADLINE_MARGIN_MS" => Some("0"),
+            _ => None,
+        }
+        .map(str::to_string)
+    })
+    .unwrap();
+    let clock_world = world.clone();
+    Reconciler {
+        group: world.clone(),
+        lifecycle: world.clone(),
+        published: world.clone(),
+        members: world.clone(),
+        config,
+        clock: Arc::new(move || clock_world.world().now),
+    }
+}
+
+fn lifecycle_event(transition: &str, instance: &str) -> Value {
+    let (detail_type, hook, t) = match transition {
+        "launch" => (
+            "EC2 Instance-launch Lifecycle Action",
+            "etcd-launch",
+            "autoscaling:EC2_INSTANCE_LAUNCHING",
+        ),
+        _ => (
+            "EC2 Instance-terminate Lifecycle Action",
+            "etcd-terminate",
+            "autoscaling:EC2_INSTANCE_TERMINATING",
+        ),
+    };
+    json!({
+        "version": "0", "id": "1", "detail-type": detail_type, "source": "aws.autoscaling",
+        "account": "123456789012", "time": "2026-11-29T12:00:00Z", "region": "us-east-1",
+        "resources": [], "detail": {
+            "LifecycleActionToken": "87654321-4321-4321-4321-210987654321",
+            "AutoScalingGroupName": "etcd", "LifecycleHookName": hook,
+            "EC2InstanceId": instance, "LifecycleTransition": t }
+    })
+}
+
+fn schedule() -> Value {
+    json!({"version": "0", "id": "2", "detail-type": "Scheduled Event", "source": "aws.events",
+           "account": "123456789012", "time": "2026-11-29T12:00:00Z", "region": "us-east-1",
+           "resources": [], "detail": {}})
+}
+
+fn far() -> Instant {
+    Instant::now() + Duration::from_secs(60)
+}
+
+/// Invoke with each event, letting instances boot between invocations, until an invocation
+/// leaves nothing waiting. Returns the invocations it took.
+async fn converge(world: &Fake, events: &[Value]) -> usize {
+    let r = reconciler(world);
+    for round in 1..=40 {
+        let mut all_done = true;
+        for e in events {
+            let resp = r.handle(e, far()).await.unwrap();
+            if let Response::Reconciled {
+                waiting: Some(_), ..
+            } = resp
+            {
+                all_done = false;
+            }
+            world.boot();
+            world.world().now += 5;
+        }
+        if all_done {
+            return round;
+        }
+    }
+    panic!("did not converge: {:#?}", world.calls());
+}
+
+fn assert_converged(world: &Fake) {
+    let w = world.world();
+    let live: Vec<&str> = w
+        .instances
+        .iter()
+        .filter(|i| i.state.wants_membership())
+        .map(|i| i.id.as_str())
+        .collect();
+    let mut names: Vec<&str> = w.members.iter().map(|m| m.name.as_str()).collect();
+    names.sort();
+    let mut live_sorted = live.clone();
+    live_sorted.sort();
+    assert_eq!(
+        names, live_sorted,
+        "member set equals the group's live instances"
+    );
+    assert!(w.members.iter().all(|m| !m.is_learner && m.is_started()));
+    assert!(
+        w.instances
+            .iter()
+            .all(|i| i.state == LifecycleState::InService),
+        "every lifecycle action completed: {:?}",
+        w.instances
+    );
+    assert_eq!(w.clusters_formed, 1, "exactly one cluster was ever formed");
+}
+
+async fn three_member_cluster() -> Fake {
+    let world = Fake::default();
+    for n in 1..=3 {
+        world.launch(n);
+    }
+    converge(&world, &[schedule()]).await;
+    assert_converged(&world);
+    world
+}
+
+#[tokio::test]
+async fn three_simultaneous_launches_into_an_empty_group_give_one_seed_and_one_cluster() {
+    let world = Fake::default();
+    let ids: Vec<String> = (1..=3).map(|n| world.launch(n)).collect();
+    // All three launch events race: three invocations at once against the same world.
+    let r = reconciler(&world);
+    let events: Vec<Value> = ids.iter().map(|i| lifecycle_event("launch", i)).collect();
+    let (a, b, c) = tokio::join!(
+        r.handle(&events[0], far()),
+        r.handle(&events[1], far()),
+        r.handle(&events[2], far())
+    );
+    for resp in [a, b, c] {
+        resp.unwrap();
+    }
+    converge(&world, &events).await;
+    assert_converged(&world);
+    let w = world.world();
+    let seeds: Vec<_> = w
+        .configs
+        .values()
+        .filter(|p| p.config.state == InitialState::New)
+        .collect();
+    assert_eq!(seeds.len(), 1, "one seed config");
+    assert_eq!(w.record.as_ref().unwrap().seed, "i-00000001");
+}
+
+#[tokio::test]
+async fn a_duplicate_event_is_a_no_op() {
+    let world = three_member_cluster().await;
+    let before = world.calls();
+    let r = reconciler(&world);
+    for _ in 0..3 {
+        let resp = r
+            .handle(&lifecycle_event("launch", "i-00000002"), far())
+            .await
+            .unwrap();
+        assert_eq!(
+            resp,
+            Response::Reconciled {
+                trigger: "launch i-00000002".into(),
+                steps: vec![],
+                waiting: None
+            }
+        );
+    }
+    assert_eq!(world.calls(), before, "no call changed anything");
+}
+
+#[tokio::test]
+async fn a_lost_launch_event_is_made_up_for_by_the_schedule() {
+    let world = three_member_cluster().await;
+    world.launch(4);
+    converge(&world, &[schedule()]).await;
+    assert_converged(&world);
+    assert_eq!(world.world().members.len(), 4);
+}
+
+#[tokio::test]
+async fn terminate_before_launch_converges() {
+    let world = three_member_cluster().await;
+    let id = world.launch(4);
+    let r = reconciler(&world);
+    // The launch event is late; the schedule added the learner, then the group gave up on it.
+    r.handle(&schedule(), far()).await.unwrap();
+    assert!(world.world().members.iter().any(|m| m.is_learner));
+    world.start_terminating(&id);
+    converge(
+        &world,
+        &[
+            lifecycle_event("terminate", &id),
+            lifecycle_event("launch", &id),
+        ],
+    )
+    .await;
+    assert_converged(&world);
+    let w = world.world();
+    assert_eq!(w.members.len(), 3);
+    assert!(!w.configs.contains_key(&id), "its config is gone");
+    assert!(w
+        .calls
+        .contains(&format!("complete terminate {id} CONTINUE")));
+}
+
+#[tokio::test]
+async fn two_simultaneous_terminations_from_three_leave_a_working_one_member_cluster() {
+    let world = three_member_cluster().await;
+    world.start_terminating("i-00000001");
+    world.start_terminating("i-00000002");
+    let r = reconciler(&world);
+    let e1 = lifecycle_event("terminate", "i-00000001");
+    let e2 = lifecycle_event("terminate", "i-00000002");
+    let (a, b) = tokio::join!(r.handle(&e1, far()), r.handle(&e2, far()));
+    a.unwrap();
+    b.unwrap();
+    converge(&world, &[e1, e2]).await;
+    assert_converged(&world);
+    let w = world.world();
+    assert_eq!(w.members.len(), 1);
+    assert_eq!(w.members[0].name, "i-00000003");
+    // Removed while alive: every removal came before its instance's completion.
+    let calls = &w.calls;
+    let removed = calls.iter().position(|c| c.starts_with("remove")).unwrap();
+    let completed = calls
+        .iter()
+        .position(|c| c.starts_with("complete terminate"))
+        .unwrap();
+    assert!(removed < completed, "{calls:#?}");
+}
+
+#[tokio::test]
+async fn the_seed_terminating_as_leader_hands_over_before_its_removal() {
+    let world = three_member_cluster().await;
+    world.start_terminating("i-00000001");
+    converge(&world, &[lifecycle_event("terminate", "i-00000001")]).await;
+    let calls = world.calls();
+    let transfer = calls
+        .iter()
+        .position(|c| c.starts_with("transfer-leadership"))
+        .expect("leadership moved");
+    let remove = calls.iter().position(|c| c.starts_with("remove")).unwrap();
+    assert!(transfer < remove, "{calls:#?}");
+    assert_converged(&world);
+}
+
+#[tokio::test]
+async fn events_for_unknown_instances_or_foreign_groups_change_nothing() {
+    let world = three_member_cluster().await;
+    let before = world.calls();
+    let r = reconciler(&world);
+    let resp = r
+        .handle(&lifecycle_event("terminate", "i-0000000f"), far())
+        .await
+        .unwrap();
+    assert!(
+        matches!(&resp, Response::Rejected { field, .. } if field == "EC2InstanceId"),
+        "{resp:?}"
+    );
+    let mut foreign = lifecycle_event("launch", "i-00000002");
+    foreign["detail"]["AutoScalingGroupName"] = "other".into();
+    let resp = r.handle(&foreign, far()).await.unwrap();
+    assert!(matches!(&resp, Response::Rejected { field, .. } if field == "AutoScalingGroupName"));
+    assert_eq!(world.calls(), before);
+}
+
+#[tokio::test]
+async fn a_cluster_nobody_can_reach_is_never_bootstrapped_again() {
+    let world = three_member_cluster().await;
+    // Every member is out of the function's reach, but the instances remain.
+    world.world().etcd_down = true;
+    world.launch(4);
+    let before = world.calls();
+    let resp = reconciler(&world).handle(&schedule(), far()).await.unwrap();
+    assert!(
+        matches!(&resp, Response::Reconciled { waiting: Some(w), .. } if w.contains("ClusterUnreachable")),
+        "{resp:?}"
+    );
+    assert_eq!(world.calls(), before, "no membership change, no heartbeat");
+}
+
+#[tokio::test]
+async fn a_slow_learner_keeps_its_hook_alive_with_heartbeats() {
+    let world = three_member_cluster().await;
+    world.launch(4);
+    let r = reconciler(&world);
+    r.handle(&schedule(), far()).await.unwrap();
+    r.handle(&schedule(), far()).await.unwrap();
+    assert!(world
+        .calls()
+        .contains(&"heartbeat launch i-00000004".to_string()));
+}
+
+#[tokio::test]
+async fn a_learner_that_never_starts_is_removed_and_its_launch_abandoned() {
+    let world = three_member_cluster().await;
+    let id = world.launch(4);
+    let r = reconciler(&world);
+    r.handle(&schedule(), far()).await.unwrap(); // added and published; it never boots
+    world.world().now += 10_000;
+    r.handle(&schedule(), far()).await.unwrap();
+    let w = world.world();
+    assert!(
+        w.calls.contains(&format!("complete launch {id} ABANDON")),
+        "{:#?}",
+        w.calls
+    );
+    assert_eq!(w.members.len(), 3);
+    assert!(w.instances.iter().all(|i| i.id != id));
+}
