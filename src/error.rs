@@ -30,6 +30,8 @@ impl Refusal {
             ("can only promote a learner member", Refusal::NotALearner),
             ("member not found", Refusal::MemberNotFound),
             ("peer urls already exists", Refusal::PeerUrlExists),
+            // What 3.4 answers when the same peer URL is added twice.
+            ("member id already exist", Refusal::PeerUrlExists),
             ("given member urls are invalid", Refusal::InvalidPeerUrls),
             ("bad leader transferee", Refusal::BadLeaderTransferee),
             (

@@ -1,0 +1,319 @@
+"""moto server with the Auto Scaling lifecycle that moto lacks.
+
+moto stores lifecycle hooks but ignores them: instances go straight to InService and vanish at
+once on termination. This launcher extends moto's backend classes before serving them, following
+AWS's semantics (shared/reference/aws-lifecycle.md):
+
+- With a launch hook, a new instance waits in ``Pending:Wait``; with a terminate hook, a leaving
+  one waits in ``Terminating:Wait`` (scale-in, TerminateInstanceInAutoScalingGroup, ABANDON of a
+  launch). Each wait gets a token and one EventBridge event, in exactly the shape of ``events/``.
+- ``CompleteLifecycleAction`` (by token or instance id) and ``RecordLifecycleActionHeartbeat``
+  answer like AWS, including ``ValidationError`` "No active Lifecycle Action found ..." for an
+  action that is no longer held.
+- A held action whose heartbeat timeout passes gets the hook's ``DefaultResult``.
+- ``PutLifecycleHook`` emits the hook's ``autoscaling:TEST_NOTIFICATION``.
+- Desired capacity counts Pending and InService instances, so held instances are not replaced.
+
+Not emulated: warm pools, instance refresh, health-check replacement, the global timeout (only
+the heartbeat timeout), cooldowns, AZ rebalancing, and termination policies (scale-in takes the
+oldest unprotected instances).
+
+Extra routes, for the simulation only (EventBridge does not exist here):
+  GET /_sim/events      drain the EventBridge events produced so far (JSON list)
+  GET /_sim/terminated  drain the ids of instances whose termination finished (JSON list)
+
+Every request is served under one lock, so the timer thread and requests never interleave.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+
+from moto.autoscaling import models as asg
+from moto.autoscaling import responses as asg_responses
+from moto.autoscaling.exceptions import ValidationError
+from moto.core.responses import EmptyResult
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from werkzeug.serving import make_server
+
+LAUNCHING = "autoscaling:EC2_INSTANCE_LAUNCHING"
+TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
+ACTIVE = ("Pending", "Pending:Wait", "Pending:Proceed", "InService")
+
+LOCK = threading.RLock()
+EVENTS: list[dict] = []
+TERMINATED: list[str] = []
+# (group name, instance id) -> pending action
+ACTIONS: dict[tuple[str, str], "Action"] = {}
+
+
+class Action:
+    def __init__(self, group, state, hook):
+        self.group = group
+        self.state = state
+        self.hook = hook
+        self.token = str(uuid.uuid4())
+        self.deadline = time.monotonic() + hook.heartbeat_timeout
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _event(group, hook, transition, instance_id, token, origin, destination, detail_type):
+    detail = {
+        "LifecycleActionToken": token,
+        "AutoScalingGroupName": group.name,
+        "LifecycleHookName": hook.name,
+        "EC2InstanceId": instance_id,
+        "LifecycleTransition": transition,
+        "Origin": origin,
+        "Destination": destination,
+    }
+    if getattr(hook, "notification_metadata", None):
+        detail["NotificationMetadata"] = hook.notification_metadata
+    EVENTS.append(
+        {
+            "version": "0",
+            "id": str(uuid.uuid4()),
+            "detail-type": detail_type,
+            "source": "aws.autoscaling",
+            "account": group.account_id,
+            "time": _now(),
+            "region": group.region,
+            "resources": [group.arn],
+            "detail": detail,
+        }
+    )
+
+
+def _hook(group, transition):
+    backend = group.autoscaling_backend
+    for hook in backend.lifecycle_hooks.values():
+        if hook.auto_scaling_group_name == group.name and hook.lifecycle_transition == transition:
+            return hook
+    return None
+
+
+def _hold(group, state, transition):
+    hook = _hook(group, transition)
+    if hook is None:
+        return False
+    action = Action(group, state, hook)
+    ACTIONS[(group.name, state.instance.id)] = action
+    if transition == LAUNCHING:
+        state.lifecycle_state = "Pending:Wait"
+        _event(group, hook, transition, state.instance.id, action.token, "EC2", "AutoScalingGroup",
+               "EC2 Instance-launch Lifecycle Action")
+    else:
+        state.lifecycle_state = "Terminating:Wait"
+        _event(group, hook, transition, state.instance.id, action.token, "AutoScalingGroup", "EC2",
+               "EC2 Instance-terminate Lifecycle Action")
+    return True
+
+
+def _begin_termination(group, state):
+    ACTIONS.pop((group.name, state.instance.id), None)
+    if not _hold(group, state, TERMINATING):
+        _finish_termination(group, state)
+
+
+def _finish_termination(group, state):
+    ACTIONS.pop((group.name, state.instance.id), None)
+    state.lifecycle_state = "Terminated"
+    group.instance_states = [s for s in group.instance_states if s is not state]
+    group.autoscaling_backend.ec2_backend.terminate_instances([state.instance.id])
+    TERMINATED.append(state.instance.id)
+
+
+def _conclude(action, result):
+    """What AWS does when an action completes, with `result`, or times out."""
+    group, state = action.group, action.state
+    ACTIONS.pop((group.name, state.instance.id), None)
+    if action.hook.lifecycle_transition == LAUNCHING:
+        if result == "CONTINUE":
+            state.lifecycle_state = "InService"
+        else:
+            _begin_termination(group, state)
+            group.set_desired_capacity(group.desired_capacity)  # replace it
+    else:
+        _finish_termination(group, state)
+
+
+# --- patched model behaviour ------------------------------------------------------------------
+
+_original_replace = asg.FakeAutoScalingGroup.replace_autoscaling_group_instances
+
+
+def replace_autoscaling_group_instances(self, count_needed, propagated_tags):
+    before = set(id(s) for s in self.instance_states)
+    _original_replace(self, count_needed, propagated_tags)
+    for state in self.instance_states:
+        if id(state) not in before:
+            _hold(self, state, LAUNCHING)
+
+
+def active_instances(self):
+    return [s for s in self.instance_states if s.lifecycle_state in ACTIVE]
+
+
+def set_desired_capacity(self, new_capacity):
+    self.desired_capacity = self.min_size if new_capacity is None else new_capacity
+    active = self.active_instances()
+    delta = (self.desired_capacity or 0) - len(active)
+    if delta > 0:
+        self.replace_autoscaling_group_instances(delta, self.get_propagated_tags())
+    elif delta < 0:
+        leaving = [s for s in active if not s.protected_from_scale_in][: -delta]
+        for state in leaving:
+            _begin_termination(self, state)
+    if self.name in self.autoscaling_backend.autoscaling_groups:
+        self.autoscaling_backend.update_attached_elbs(self.name)
+        self.autoscaling_backend.update_attached_target_groups(self.name)
+
+
+def terminate_instance(self, instance_id, should_decrement):
+    for group in self.autoscaling_groups.values():
+        for state in group.instance_states:
+            if state.instance.id == instance_id:
+                original_size = group.desired_capacity
+                if should_decrement:
+                    group.desired_capacity -= 1
+                _begin_termination(group, state)
+                group.set_desired_capacity(group.desired_capacity)
+                return asg.TerminateInstanceActivity(state.instance, original_size)
+    raise ValidationError(f"Instance Id not found - No managed instance found for instance ID: {instance_id}")
+
+
+_original_create_hook = asg.AutoScalingBackend.create_lifecycle_hook
+
+
+def create_lifecycle_hook(self, name, as_name, transition, timeout, result):
+    hook = _original_create_hook(self, name, as_name, transition, timeout, result)
+    group = self.autoscaling_groups.get(as_name)
+    if group is not None:
+        EVENTS.append(
+            {
+                "version": "0",
+                "id": str(uuid.uuid4()),
+                "detail-type": "EC2 Instance-launch Lifecycle Action"
+                if transition == LAUNCHING
+                else "EC2 Instance-terminate Lifecycle Action",
+                "source": "aws.autoscaling",
+                "account": group.account_id,
+                "time": _now(),
+                "region": group.region,
+                "resources": [group.arn],
+                "detail": {
+                    "AccountId": group.account_id,
+                    "AutoScalingGroupName": as_name,
+                    "Event": "autoscaling:TEST_NOTIFICATION",
+                    "LifecycleTransition": "autoscaling:TEST_NOTIFICATION",
+                    "RequestId": str(uuid.uuid4()),
+                    "Service": "AWS Auto Scaling",
+                    "Time": _now(),
+                },
+            }
+        )
+    return hook
+
+
+def _find_action(self):
+    group_name = self._get_param("AutoScalingGroupName")
+    hook_name = self._get_param("LifecycleHookName")
+    token = self._get_param("LifecycleActionToken")
+    instance_id = self._get_param("InstanceId")
+    for (g, i), action in ACTIONS.items():
+        if g != group_name or action.hook.name != hook_name:
+            continue
+        if (token and action.token == token) or (not token and instance_id == i):
+            if instance_id and instance_id != i:
+                continue
+            return action
+    if token:
+        raise ValidationError(f"No active Lifecycle Action found with token {token}")
+    raise ValidationError(f"No active Lifecycle Action found with instance ID {instance_id}")
+
+
+def complete_lifecycle_action(self):
+    result = self._get_param("LifecycleActionResult")
+    if result not in ("CONTINUE", "ABANDON"):
+        raise ValidationError(f"Invalid LifecycleActionResult: {result}")
+    _conclude(_find_action(self), result)
+    return EmptyResult()
+
+
+def record_lifecycle_action_heartbeat(self):
+    action = _find_action(self)
+    action.deadline = time.monotonic() + action.hook.heartbeat_timeout
+    return EmptyResult()
+
+
+def install():
+    asg.FakeAutoScalingGroup.replace_autoscaling_group_instances = replace_autoscaling_group_instances
+    asg.FakeAutoScalingGroup.active_instances = active_instances
+    asg.FakeAutoScalingGroup.set_desired_capacity = set_desired_capacity
+    asg.AutoScalingBackend.terminate_instance = terminate_instance
+    asg.AutoScalingBackend.create_lifecycle_hook = create_lifecycle_hook
+    asg_responses.AutoScalingResponse.complete_lifecycle_action = complete_lifecycle_action
+    asg_responses.AutoScalingResponse.record_lifecycle_action_heartbeat = (
+        record_lifecycle_action_heartbeat
+    )
+
+
+def _timeouts(stop: threading.Event):
+    while not stop.wait(0.2):
+        with LOCK:
+            now = time.monotonic()
+            for action in [a for a in ACTIONS.values() if a.deadline <= now]:
+                _conclude(action, action.hook.default_result)
+
+
+def app_with_lock(inner):
+    def app(environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        if path in ("/_sim/events", "/_sim/terminated"):
+            with LOCK:
+                feed = EVENTS if path == "/_sim/events" else TERMINATED
+                body = json.dumps(feed).encode()
+                feed.clear()
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [body]
+        with LOCK:
+            return list(inner(environ, start_response))
+
+    return app
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--port-file", help="write the bound port here once listening")
+    args = parser.parse_args(argv)
+    install()
+    server = make_server(args.host, args.port, app_with_lock(DomainDispatcherApplication(create_backend_app)), threaded=True)
+    port = server.server_port
+    os.environ["MOTO_PORT"] = str(port)
+    stop = threading.Event()
+    threading.Thread(target=_timeouts, args=(stop,), daemon=True).start()
+    signal.signal(signal.SIGTERM, lambda *_: (stop.set(), threading.Thread(target=server.shutdown).start()))
+    if args.port_file:
+        tmp = args.port_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(str(port))
+        os.replace(tmp, args.port_file)
+    print(f"moto with lifecycle hooks on http://{args.host}:{port}", file=sys.stderr, flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

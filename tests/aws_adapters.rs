@@ -1,0 +1,320 @@
+//! The AWS adapters against moto server, extended with lifecycle hooks by sim/moto_lifecycle.py
+//! (moto itself lacks CompleteLifecycleAction and RecordLifecycleActionHeartbeat).
+
+mod support;
+
+use aws_config::BehaviorVersion;
+use aws_sdk_autoscaling::config::Credentials;
+use aws_sdk_ec2::types::{RequestLaunchTemplateData, Tag};
+use etcd_asg_lifecycle::adapters::autoscaling::{AutoScalingGroup, LifecycleHooks};
+use etcd_asg_lifecycle::adapters::ssm::SsmParameters;
+use etcd_asg_lifecycle::config::AddressSource;
+use etcd_asg_lifecycle::model::{
+    ActionResult, ClusterRecord, InitialState, LifecycleState, MemberConfig, Transition,
+};
+use etcd_asg_lifecycle::ports::{Completion, Created, Group, Lifecycle, PublishedConfig};
+use etcd_asg_lifecycle::Error;
+
+async fn sdk_at(endpoint: &str) -> aws_config::SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("testing", "testing", None, None, "test"))
+        .load()
+        .await
+}
+
+/// A group of `n` instances held in Pending:Wait by a launch hook, tagged with addresses.
+async fn group_with_hooks(sdk: &aws_config::SdkConfig, name: &str, n: i32) -> Vec<String> {
+    let ec2 = aws_sdk_ec2::Client::new(sdk);
+    let asg = aws_sdk_autoscaling::Client::new(sdk);
+    ec2.create_launch_template()
+        .launch_template_name(format!("{name}-lt"))
+        .launch_template_data(
+            RequestLaunchTemplateData::builder()
+                .image_id("ami-12c6146b")
+                .instance_type("t3.small".into())
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    asg.create_auto_scaling_group()
+        .auto_scaling_group_name(name)
+        .launch_template(
+            aws_sdk_autoscaling::types::LaunchTemplateSpecification::builder()
+                .launch_template_name(format!("{name}-lt"))
+                .build(),
+        )
+        .min_size(0)
+        .max_size(10)
+        .desired_capacity(0)
+        .availability_zones("us-east-1a")
+        .send()
+        .await
+        .unwrap();
+    for (hook, transition, default) in [
+        (
+            "etcd-launch",
+            "autoscaling:EC2_INSTANCE_LAUNCHING",
+            "ABANDON",
+        ),
+        (
+            "etcd-terminate",
+            "autoscaling:EC2_INSTANCE_TERMINATING",
+            "CONTINUE",
+        ),
+    ] {
+        asg.put_lifecycle_hook()
+            .auto_scaling_group_name(name)
+            .lifecycle_hook_name(hook)
+            .lifecycle_transition(transition)
+            .heartbeat_timeout(300)
+            .default_result(default)
+            .send()
+            .await
+            .unwrap();
+    }
+    asg.set_desired_capacity()
+        .auto_scaling_group_name(name)
+        .desired_capacity(n)
+        .send()
+        .await
+        .unwrap();
+    let out = asg
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(name)
+        .send()
+        .await
+        .unwrap();
+    let ids: Vec<String> = out.auto_scaling_groups()[0]
+        .instances()
+        .iter()
+        .map(|i| i.instance_id().unwrap().to_string())
+        .collect();
+    for (k, id) in ids.iter().enumerate() {
+        ec2.create_tags()
+            .resources(id)
+            .tags(
+                Tag::builder()
+                    .key("etcd-address")
+                    .value(format!("127.0.9.{}", k + 1))
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap();
+    }
+    ids
+}
+
+#[tokio::test]
+async fn group_instances_and_lifecycle_actions() {
+    let dir = tempfile::tempdir().unwrap();
+    let moto = support::Moto::start(dir.path());
+    let sdk = sdk_at(&moto.endpoint).await;
+    let ids = group_with_hooks(&sdk, "etcd", 2).await;
+    let autoscaling = aws_sdk_autoscaling::Client::new(&sdk);
+    let group = |address| AutoScalingGroup {
+        autoscaling: autoscaling.clone(),
+        ec2: aws_sdk_ec2::Client::new(&sdk),
+        group: "etcd".into(),
+        address,
+    };
+
+    let by_tag = group(AddressSource::Tag("etcd-address".into()))
+        .instances()
+        .await
+        .unwrap();
+    assert_eq!(by_tag.len(), 2);
+    for i in &by_tag {
+        assert_eq!(i.state, LifecycleState::PendingWait, "{i:?}");
+        assert!(
+            i.address.as_deref().unwrap().starts_with("127.0.9."),
+            "{i:?}"
+        );
+        assert!(i.launched_at > 1_700_000_000, "{i:?}");
+    }
+    let by_ip = group(AddressSource::PrivateIp).instances().await.unwrap();
+    assert!(by_ip
+        .iter()
+        .all(|i| i.address.as_deref().is_some_and(|a| a.starts_with("10."))));
+
+    let missing = AutoScalingGroup {
+        group: "nope".into(),
+        ..group(AddressSource::PrivateIp)
+    };
+    assert!(matches!(missing.instances().await, Err(Error::GroupNotFound(g)) if g == "nope"));
+
+    let hooks = LifecycleHooks {
+        autoscaling: autoscaling.clone(),
+        group: "etcd".into(),
+        launch_hook: "etcd-launch".into(),
+        terminate_hook: "etcd-terminate".into(),
+    };
+    let (a, b) = (&ids[0], &ids[1]);
+    assert_eq!(
+        hooks.heartbeat(b, Transition::Launch).await.unwrap(),
+        Completion::Done
+    );
+    assert_eq!(
+        hooks
+            .complete(a, Transition::Launch, ActionResult::Continue)
+            .await
+            .unwrap(),
+        Completion::Done
+    );
+    // AWS's "No active Lifecycle Action found" is an already-completed action, not an error.
+    assert_eq!(
+        hooks
+            .complete(a, Transition::Launch, ActionResult::Continue)
+            .await
+            .unwrap(),
+        Completion::NotPending
+    );
+    assert_eq!(
+        hooks.heartbeat(a, Transition::Launch).await.unwrap(),
+        Completion::NotPending
+    );
+    let after = group(AddressSource::PrivateIp).instances().await.unwrap();
+    let state = |id: &str| after.iter().find(|i| i.id == id).unwrap().state.clone();
+    assert_eq!(state(a), LifecycleState::InService);
+    assert_eq!(state(b), LifecycleState::PendingWait);
+
+    // Scale in: the leaving instance waits in Terminating:Wait until its action completes.
+    autoscaling
+        .terminate_instance_in_auto_scaling_group()
+        .instance_id(a)
+        .should_decrement_desired_capacity(true)
+        .send()
+        .await
+        .unwrap();
+    let now = group(AddressSource::PrivateIp).instances().await.unwrap();
+    assert_eq!(
+        now.iter().find(|i| &i.id == a).unwrap().state,
+        LifecycleState::TerminatingWait
+    );
+    assert_eq!(
+        hooks
+            .complete(a, Transition::Terminate, ActionResult::Continue)
+            .await
+            .unwrap(),
+        Completion::Done
+    );
+    let now = group(AddressSource::PrivateIp).instances().await.unwrap();
+    assert!(now.iter().all(|i| &i.id != a), "{now:?}");
+
+    // Another group's action is not ours to find.
+    let foreign = LifecycleHooks {
+        group: "no-such-group".into(),
+        autoscaling: autoscaling.clone(),
+        launch_hook: "etcd-launch".into(),
+        terminate_hook: "etcd-terminate".into(),
+    };
+    let r = foreign
+        .complete(b, Transition::Launch, ActionResult::Continue)
+        .await;
+    assert!(matches!(r, Ok(Completion::NotPending)), "{r:?}");
+
+    // Any other failure is a retryable AWS error that names the call and keeps its cause.
+    let dead = sdk_at("http://127.0.0.1:1").await;
+    let unreachable = LifecycleHooks {
+        autoscaling: aws_sdk_autoscaling::Client::new(&dead),
+        ..hooks
+    };
+    let e = unreachable
+        .complete(b, Transition::Launch, ActionResult::Continue)
+        .await
+        .unwrap_err();
+    assert!(e.is_retryable(), "{e:?}");
+    let text = format!("{e:?}");
+    assert!(
+        text.starts_with("AWS CompleteLifecycleAction failed: "),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn published_config_round_trips_through_ssm() {
+    let dir = tempfile::tempdir().unwrap();
+    let moto = support::Moto::start(dir.path());
+    let sdk = sdk_at(&moto.endpoint).await;
+    let ssm = aws_sdk_ssm::Client::new(&sdk);
+    let store = SsmParameters {
+        ssm: ssm.clone(),
+        prefix: "/etcd-asg-lifecycle/test".into(),
+    };
+    assert_eq!(store.load().await.unwrap(), Default::default());
+
+    let record = ClusterRecord {
+        token: "test-i-00000001".into(),
+        seed: "i-00000001".into(),
+        created_at: 1_800_000_000,
+    };
+    assert_eq!(
+        store.create_cluster(&record).await.unwrap(),
+        Created::Created
+    );
+    let rival = ClusterRecord {
+        seed: "i-00000002".into(),
+        ..record.clone()
+    };
+    // Create-only: the loser of a bootstrap race learns it lost and the record is unchanged.
+    assert_eq!(
+        store.create_cluster(&rival).await.unwrap(),
+        Created::AlreadyExists
+    );
+
+    let config = MemberConfig {
+        name: "i-00000001".into(),
+        initial_cluster: vec![("i-00000001".into(), "http://127.0.0.2:2380".into())],
+        state: InitialState::New,
+        token: record.token.clone(),
+        peer_url: "http://127.0.0.2:2380".into(),
+        client_url: "http://127.0.0.2:2379".into(),
+    };
+    store.publish("i-00000001", &config).await.unwrap();
+    store.publish("i-00000001", &config).await.unwrap(); // overwrite is fine
+                                                         // Something else under the prefix, and a corrupt member config: ignored, not fatal.
+    ssm.put_parameter()
+        .name("/etcd-asg-lifecycle/test/members/i-0000000f")
+        .value("garbage")
+        .r#type(aws_sdk_ssm::types::ParameterType::String)
+        .send()
+        .await
+        .unwrap();
+    let state = store.load().await.unwrap();
+    assert_eq!(state.cluster, Some(record));
+    assert_eq!(state.members.len(), 1);
+    let published = &state.members["i-00000001"];
+    assert_eq!(published.config, config);
+    assert!(published.published_at > 1_700_000_000);
+
+    // The instance's boot script reads exactly this text.
+    let raw = ssm
+        .get_parameter()
+        .name(store.member_name("i-00000001"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.parameter().unwrap().value().unwrap(), config.to_env());
+
+    store.unpublish("i-00000001").await.unwrap();
+    store.unpublish("i-00000001").await.unwrap(); // already gone: fine
+    assert!(store.load().await.unwrap().members.is_empty());
+
+    // A cluster record nobody can read stops everything: bootstrapping over it could split brain.
+    ssm.put_parameter()
+        .name(store.cluster_name())
+        .value("{not json")
+        .r#type(aws_sdk_ssm::types::ParameterType::String)
+        .overwrite(true)
+        .send()
+        .await
+        .unwrap();
+    let e = store.load().await.unwrap_err();
+    assert!(
+        matches!(e, Error::BadParameter { .. }) && !e.is_retryable(),
+        "{e:?}"
+    );
+}

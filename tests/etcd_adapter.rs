@@ -1,0 +1,209 @@
+//! The etcd adapter against a real etcd 3.4 cluster on loopback: the calls the reconciler makes,
+//! and each refusal etcd answers, mapped to ours.
+
+mod support;
+
+use std::time::Duration;
+
+use etcd_asg_lifecycle::adapters::etcd::EtcdMembers;
+use etcd_asg_lifecycle::error::Refusal;
+use etcd_asg_lifecycle::model::{ClusterState, ClusterView, MemberId};
+use etcd_asg_lifecycle::ports::Members;
+use support::Etcd;
+
+/// Polls `f` until it yields, for at most `secs` seconds.
+async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    secs: u64,
+    mut f: impl FnMut() -> F,
+) -> T {
+    for _ in 0..secs * 5 {
+        if let Some(v) = f().await {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn known(state: ClusterState) -> ClusterView {
+    match state {
+        ClusterState::Known(v) => v,
+        ClusterState::Unreachable { detail } => panic!("unreachable: {detail}"),
+    }
+}
+
+fn refusal<T: std::fmt::Debug>(r: Result<T, etcd_asg_lifecycle::Error>) -> Refusal {
+    let e = r.expect_err("etcd should have refused");
+    e.refusal()
+        .unwrap_or_else(|| panic!("not a refusal: {e:?}"))
+}
+
+async fn observe(etcd: &EtcdMembers, endpoints: &[&str]) -> ClusterView {
+    let endpoints: Vec<String> = endpoints.iter().map(|s| s.to_string()).collect();
+    known(etcd.observe(&endpoints).await)
+}
+
+/// Waits for a member's process to join (it gets a name), then promotes it, retrying while etcd
+/// says it is not in sync, as the reconciler does.
+async fn join(etcd: &EtcdMembers, via: &str, node: &mut Etcd, existing: &str) -> MemberId {
+    // Right after a promote etcd refuses adds until every voter has been connected for 5 s.
+    let id = eventually("the cluster to take an add", 15, || async {
+        match etcd.add_learner(via, &node.peer_url).await {
+            Ok(id) => Some(id),
+            Err(e) if e.refusal() == Some(Refusal::UnhealthyCluster) => None,
+            Err(e) => panic!("{e:?}"),
+        }
+    })
+    .await;
+    node.start(
+        &format!("{existing},{}={}", node.name, node.peer_url),
+        "existing",
+    );
+    for _ in 0..100 {
+        let v = observe(etcd, &[via]).await;
+        if v.member(id).is_some_and(|m| m.is_started()) {
+            match etcd.promote(via, id).await {
+                Ok(()) => return id,
+                Err(e) => assert_eq!(e.refusal(), Some(Refusal::LearnerNotInSync), "{e:?}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("{} never joined", node.name);
+}
+
+#[tokio::test]
+async fn membership_calls_against_a_real_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = EtcdMembers::new(Duration::from_secs(3), None).unwrap();
+    let mut n1 = Etcd::new("n1", dir.path());
+    let mut n2 = Etcd::new("n2", dir.path());
+    let mut n3 = Etcd::new("n3", dir.path());
+    n1.start(&format!("n1={}", n1.peer_url), "new");
+    let c1 = n1.client_url.clone();
+
+    // List: one started voter that leads and answers its status.
+    let v = eventually("n1 to answer", 30, || async {
+        match etcd.observe(std::slice::from_ref(&c1)).await {
+            ClusterState::Known(v) if v.leader.is_some() => Some(v),
+            _ => None,
+        }
+    })
+    .await;
+    assert_eq!(v.members.len(), 1);
+    let m1 = v.members[0].clone();
+    assert_eq!(m1.name, "n1");
+    assert!(!m1.is_learner && m1.is_started());
+    assert_eq!(v.leader, Some(m1.id));
+    assert!(v.healthy.contains(&m1.id));
+    assert_eq!(v.endpoint, c1);
+    assert_ne!(v.cluster_id, 0);
+
+    // Add a learner: it is listed unstarted, with no name and no client URL.
+    let id2 = etcd.add_learner(&c1, &n2.peer_url).await.unwrap();
+    let v = observe(&etcd, &[&c1]).await;
+    let l = v.member(id2).unwrap();
+    assert!(l.is_learner && !l.is_started() && l.client_urls.is_empty());
+    assert_eq!(l.peer_urls, vec![n2.peer_url.clone()]);
+
+    // Refusals while it is unstarted.
+    assert_eq!(
+        refusal(etcd.add_learner(&c1, &n3.peer_url).await),
+        Refusal::TooManyLearners
+    );
+    assert_eq!(
+        refusal(etcd.add_learner(&c1, &n2.peer_url).await),
+        Refusal::PeerUrlExists
+    );
+    assert_eq!(
+        refusal(etcd.add_learner(&c1, &n1.peer_url).await),
+        Refusal::PeerUrlExists
+    );
+    assert_eq!(
+        refusal(etcd.promote(&c1, id2).await),
+        Refusal::LearnerNotInSync
+    );
+    assert_eq!(
+        refusal(etcd.add_learner(&c1, "not a url").await),
+        Refusal::InvalidPeerUrls
+    );
+
+    // Remove the unstarted learner (always allowed), then again: not found.
+    etcd.remove(&c1, id2).await.unwrap();
+    assert_eq!(
+        refusal(etcd.remove(&c1, id2).await),
+        Refusal::MemberNotFound
+    );
+
+    // Join n2 and n3 for real: add, start, promote once in sync. etcd 3.4 derives a member id
+    // from its peer URLs and the current second, so re-adding n2's URL in the second it was
+    // removed would collide with the removed id ("member not found").
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let existing = format!("n1={}", n1.peer_url);
+    let id2 = join(&etcd, &c1, &mut n2, &existing).await;
+    assert_eq!(refusal(etcd.promote(&c1, id2).await), Refusal::NotALearner);
+    let existing = format!("{existing},n2={}", n2.peer_url);
+    let id3 = join(&etcd, &c1, &mut n3, &existing).await;
+    let v = observe(&etcd, &[&c1]).await;
+    assert_eq!(v.voters().count(), 3);
+    assert_eq!(v.healthy.len(), 3);
+
+    // n3 dies: removing a live voter would leave one connected voter of two: refused.
+    n3.kill();
+    let v = eventually("n3 to be seen unhealthy", 20, || async {
+        let v = observe(&etcd, &[&c1]).await;
+        (!v.healthy.contains(&id3)).then_some(v)
+    })
+    .await;
+    assert_eq!(v.voters().count(), 3, "a dead member is still listed");
+    assert_eq!(
+        refusal(etcd.remove(&c1, id2).await),
+        Refusal::UnhealthyCluster
+    );
+    // Removing the dead one is fine.
+    etcd.remove(&c1, id3).await.unwrap();
+
+    // Leadership moves when asked at the leader.
+    let v = observe(&etcd, &[&c1]).await;
+    let leader = v.leader.unwrap();
+    let (from, to) = if leader == m1.id {
+        (&n1.client_url, id2)
+    } else {
+        (&n2.client_url, m1.id)
+    };
+    etcd.transfer_leadership(from, to).await.unwrap();
+    eventually("leadership to move", 10, || async {
+        (observe(&etcd, &[&c1]).await.leader == Some(to)).then_some(())
+    })
+    .await;
+
+    // An unstarted voter (which the planner never adds) makes etcd refuse to remove a started
+    // one: the started voters left would be fewer than a quorum.
+    let ghost_peer = format!("http://127.0.0.1:{}", support::free_port());
+    let added: serde_json::Value = reqwest::Client::new()
+        .post(format!("{c1}/v3/cluster/member/add"))
+        .json(&serde_json::json!({"peerURLs": [ghost_peer]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ghost: u64 = added["member"]["ID"].as_str().unwrap().parse().unwrap();
+    assert_eq!(
+        refusal(etcd.remove(&c1, id2).await),
+        Refusal::NotEnoughStartedMembers
+    );
+    etcd.remove(&c1, MemberId(ghost)).await.unwrap();
+
+    // A dead endpoint first in the list is skipped; only dead endpoints is Unreachable.
+    let dead = "http://127.0.0.1:1".to_string();
+    let v = observe(&etcd, &[&dead, &n2.client_url]).await;
+    assert_eq!(v.voters().count(), 2);
+    let fresh = EtcdMembers::new(Duration::from_millis(500), None).unwrap();
+    match fresh.observe(std::slice::from_ref(&dead)).await {
+        ClusterState::Unreachable { detail } => assert!(detail.contains("127.0.0.1:1"), "{detail}"),
+        ClusterState::Known(v) => panic!("{v:?}"),
+    }
+}
