@@ -100,6 +100,9 @@ pub struct Config {
     pub poll_interval: Duration,
     /// Stop starting steps this long before the Lambda deadline.
     pub deadline_margin: Duration,
+    /// Test-only failpoint (`FAILPOINT_CRASH_AFTER`): abort the process right after a step of
+    /// this name succeeds, so tests can kill the function between two steps of one change.
+    pub crash_after: Option<String>,
 }
 
 /// The variables, for the README and for error messages.
@@ -122,6 +125,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("WAIT_BUDGET_SECS", "120"),
     ("POLL_INTERVAL_MS", "2000"),
     ("DEADLINE_MARGIN_MS", "5000"),
+    ("FAILPOINT_CRASH_AFTER", "unset (tests only)"),
 ];
 
 impl Config {
@@ -242,6 +246,7 @@ impl Config {
                 0,
                 60_000,
             )?),
+            crash_after: get("FAILPOINT_CRASH_AFTER"),
         })
     }
 }

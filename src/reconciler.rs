@@ -127,6 +127,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
         let patience_until = stop_at.min(started + self.config.wait_budget);
         let mut steps = Vec::new();
         let mut failures = 0u32;
+        let mut last_wait = None;
         loop {
             let obs = self.observe().await?;
             if let Some(id) = hint.filter(|_| steps.is_empty() && failures == 0) {
@@ -154,7 +155,10 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                 _ => None,
             };
             if let Some(wait) = waiting {
-                log_decision(&step, "waiting");
+                if last_wait.as_ref() != Some(&wait) {
+                    log_decision(&step, "waiting");
+                    last_wait = Some(wait.clone());
+                }
                 if Instant::now() + self.config.poll_interval > patience_until {
                     self.heartbeat(&obs, &wait).await?;
                     return Ok(Response::Reconciled {
@@ -171,11 +175,21 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                     log_decision(&step, outcome);
                     steps.push(describe(&step, outcome));
                     failures = 0;
+                    last_wait = None;
+                    if self.config.crash_after.as_deref() == Some(step.name()) {
+                        // Test-only failpoint: die between two steps, as a timeout or OOM would.
+                        tracing::error!(step = step.name(), "failpoint: aborting");
+                        std::process::abort();
+                    }
                 }
                 Err(e) if e.is_retryable() => {
                     failures += 1;
                     let pause = backoff(self.config.poll_interval, failures);
-                    warn!(step = step.name(), instance = step.instance(), error = ?e, failures, "step failed; observing again");
+                    if is_not_yet(&e) {
+                        info!(step = step.name(), instance = step.instance(), refusal = ?e.refusal(), "etcd not ready for this step yet; observing again");
+                    } else {
+                        warn!(step = step.name(), instance = step.instance(), error = ?e, failures, "step failed; observing again");
+                    }
                     if Instant::now() + pause > patience_until {
                         return Err(e);
                     }
@@ -304,6 +318,20 @@ fn endpoint_avoiding(view: &ClusterView, avoid: Option<MemberId>) -> String {
         .filter(|m| Some(m.id) != avoid && view.healthy.contains(&m.id))
         .find_map(|m| m.client_urls.first().cloned())
         .unwrap_or_else(|| view.endpoint.clone())
+}
+
+/// Refusals that only mean "not yet": a learner catching up, etcd's 5 s connectivity rule after a
+/// membership change, the one learner slot taken, an election under way.
+fn is_not_yet(e: &Error) -> bool {
+    matches!(
+        e.refusal(),
+        Some(
+            Refusal::LearnerNotInSync
+                | Refusal::UnhealthyCluster
+                | Refusal::TooManyLearners
+                | Refusal::NoLeader
+        )
+    )
 }
 
 fn backoff(base: Duration, failures: u32) -> Duration {

@@ -1,0 +1,520 @@
+"""One simulated deployment: emulated AWS, the real function, real etcd instances, a writer.
+
+Everything binds to loopback. Every process started here is stopped here, by PID.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import boto3
+
+from . import etcd, procs
+from .runtime import Function
+
+ROOT = Path(__file__).resolve().parent.parent
+BOOT_SCRIPT = ROOT / "boot" / "etcd-boot.sh"
+ADDRESS_TAG = "etcd-address"
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
+               "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def default_binary() -> str:
+    target = os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target"))
+    return os.environ.get("BOOTSTRAP_BIN", os.path.join(target, "debug", "bootstrap"))
+
+
+@dataclass
+class Chaos:
+    """What the delivery layer does to events on purpose."""
+
+    duplicate: float = 0.0  # chance an event is delivered twice
+    drop: float = 0.0  # chance an event is lost
+    delay: tuple[float, float] = (0.0, 0.0)  # seconds, uniform
+    reverse: bool = False  # deliver each batch of new events in reverse order
+    seed: int = 7
+
+
+@dataclass
+class SimInstance:
+    id: str
+    address: str
+    data_dir: str
+    proc: subprocess.Popen | None = None
+
+
+@dataclass(order=True)
+class _Pending:
+    due: float
+    seq: int
+    event: dict = field(compare=False)
+    attempt: int = field(compare=False, default=0)
+
+
+class Delivery(threading.Thread):
+    """EventBridge and Lambda's async invoke: at least once, unordered, sometimes lost; retried
+    twice on failure; plus a periodic schedule."""
+
+    def __init__(self, sim: "Simulation", chaos: Chaos, schedule_every: float):
+        super().__init__(daemon=True)
+        self.sim = sim
+        self.chaos = chaos
+        self.rng = random.Random(chaos.seed)
+        self.schedule_every = schedule_every
+        self.queue: list[_Pending] = []
+        self.seq = itertools.count()
+        self.stop_flag = threading.Event()
+        self.drop_next_launches = 0  # events for the next N launches are lost
+        self.delivered = 0
+        self.dropped = 0
+        self.failed = 0
+        self.lock = threading.Lock()
+        self.paused = threading.Event()
+
+    def push(self, event: dict, delay: float = 0.0, attempt: int = 0):
+        with self.lock:
+            heapq.heappush(self.queue, _Pending(time.monotonic() + delay, next(self.seq), event, attempt))
+
+    def _intake(self):
+        for e in self.sim.drain("events"):
+            self.sim.events_seen.append(e)
+        batch = self.sim.events_seen[self._taken:]
+        self._taken = len(self.sim.events_seen)
+        if self.chaos.reverse:
+            batch = list(reversed(batch))
+        for e in batch:
+            launch = e.get("detail-type", "").startswith("EC2 Instance-launch") and "EC2InstanceId" in e["detail"]
+            if launch and self.drop_next_launches > 0:
+                self.drop_next_launches -= 1
+                self.dropped += 1
+                continue
+            if self.rng.random() < self.chaos.drop:
+                self.dropped += 1
+                continue
+            copies = 2 if self.rng.random() < self.chaos.duplicate else 1
+            for _ in range(copies):
+                self.push(e, self.rng.uniform(*self.chaos.delay))
+
+    def run(self):
+        self._taken = 0
+        next_schedule = time.monotonic() + self.schedule_every
+        while not self.stop_flag.is_set():
+            self._intake()
+            now = time.monotonic()
+            if now >= next_schedule:
+                self.push(scheduled_event())
+                next_schedule = now + self.schedule_every
+            item = None
+            with self.lock:
+                if self.queue and self.queue[0].due <= now and not self.paused.is_set():
+                    item = heapq.heappop(self.queue)
+            if item is None:
+                time.sleep(0.05)
+                continue
+            inv = self.sim.function.invoke(item.event, timeout=self.sim.invoke_timeout)
+            self.delivered += 1
+            if inv.outcome != "ok":
+                self.failed += 1
+                if item.attempt < 2:  # Lambda async: two more tries (after 1 and 2 minutes; scaled)
+                    self.push(item.event, delay=0.5 * (item.attempt + 1), attempt=item.attempt + 1)
+
+    def stop(self):
+        self.stop_flag.set()
+        self.join(timeout=self.sim.invoke_timeout + 10)
+
+
+def scheduled_event() -> dict:
+    return {
+        "version": "0", "id": f"sched-{time.monotonic_ns()}", "detail-type": "Scheduled Event",
+        "source": "aws.events", "account": "123456789012",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "region": "us-east-1",
+        "resources": ["arn:aws:events:us-east-1:123456789012:rule/etcd-reconcile"], "detail": {},
+    }
+
+
+class Writer(threading.Thread):
+    """Writes a numbered key stream through the cluster, retrying; remembers what was acknowledged."""
+
+    PREFIX = "/sim/writes/"
+
+    def __init__(self, sim: "Simulation"):
+        super().__init__(daemon=True)
+        self.sim = sim
+        self.acked: list[int] = []
+        self.attempts_failed = 0
+        self.longest_stall = 0.0
+        self.stop_flag = threading.Event()
+        self.rng = random.Random(11)
+
+    def run(self):
+        n = 0
+        last_ok = time.monotonic()
+        while not self.stop_flag.is_set():
+            urls = self.sim.running_client_urls()
+            if not urls:
+                time.sleep(0.1)
+                continue
+            try:
+                etcd.put(self.rng.choice(urls), f"{self.PREFIX}{n:08d}", str(n), timeout=1.0)
+                now = time.monotonic()
+                self.longest_stall = max(self.longest_stall, now - last_ok)
+                last_ok = now
+                self.acked.append(n)
+                n += 1
+                time.sleep(0.02)
+            except etcd.EtcdError:
+                self.attempts_failed += 1
+                time.sleep(0.05)
+
+    def stop(self):
+        self.stop_flag.set()
+        self.join(timeout=5)
+
+    def lost(self) -> list[int]:
+        """Acknowledged writes that cannot be read back."""
+        for url in self.sim.running_client_urls():
+            try:
+                found = etcd.keys_with_prefix(url, self.PREFIX)
+                return [n for n in self.acked if f"{self.PREFIX}{n:08d}" not in found]
+            except etcd.EtcdError:
+                continue
+        return list(self.acked)
+
+
+class NotConverged(AssertionError):
+    pass
+
+
+class Simulation:
+    """Emulated AWS (moto with lifecycle hooks), the real function, real etcd instances."""
+
+    def __init__(self, name: str = "etcd-sim", chaos: Chaos | None = None, schedule_every: float = 4.0,
+                 function_env: dict | None = None, binary: str | None = None, workdir: str | None = None,
+                 writer: bool = True, verbose: bool = False):
+        self.group = name
+        self.chaos = chaos or Chaos()
+        self.schedule_every = schedule_every
+        self.binary = binary or default_binary()
+        self.extra_env = function_env or {}
+        self.workdir = workdir or tempfile.mkdtemp(prefix="etcd-sim-")
+        self.keep_workdir = workdir is not None
+        self.with_writer = writer
+        self.verbose = verbose
+        self.prefix = f"/etcd-asg-lifecycle/{name}"
+        self.instances: dict[str, SimInstance] = {}
+        self.events_seen: list[dict] = []
+        self.invoke_timeout = 60.0
+        net = random.Random().randrange(1, 250), random.Random().randrange(1, 250)
+        self._addresses = (f"127.{net[0]}.{net[1]}.{n}" for n in itertools.count(2))
+        self.cluster_id: int | None = None
+        self.lock = threading.RLock()
+        self.stop_flag = threading.Event()
+        self.moto = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def start(self):
+        if not os.path.exists(self.binary):
+            raise FileNotFoundError(f"{self.binary} not built (make build)")
+        port_file = os.path.join(self.workdir, "moto.port")
+        self.moto = procs.spawn([sys.executable, str(ROOT / "sim" / "moto_lifecycle.py"), "--port-file", port_file],
+                                dict(os.environ), os.path.join(self.workdir, "moto.log"))
+        deadline = time.monotonic() + 60
+        while not os.path.exists(port_file):
+            if self.moto.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"moto did not start; see {self.workdir}/moto.log")
+            time.sleep(0.1)
+        self.endpoint = f"http://127.0.0.1:{open(port_file).read().strip()}"
+        kw = dict(endpoint_url=self.endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                  aws_secret_access_key="testing")
+        self.ec2 = boto3.client("ec2", **kw)
+        self.asg = boto3.client("autoscaling", **kw)
+        self.ssm = boto3.client("ssm", **kw)
+        self.aws_env = {**CREDENTIALS, "AWS_ENDPOINT_URL": self.endpoint}
+        self.function = Function(self.binary, {
+            **self.aws_env,
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "ASG_NAME": self.group,
+            "LAUNCH_HOOK_NAME": "etcd-launch",
+            "TERMINATE_HOOK_NAME": "etcd-terminate",
+            "PARAMETER_PREFIX": self.prefix,
+            "ADDRESS_SOURCE": f"tag:{ADDRESS_TAG}",
+            "WAIT_BUDGET_SECS": "20",
+            "POLL_INTERVAL_MS": "250",
+            "ETCD_REQUEST_TIMEOUT_MS": "2000",
+            "LEARNER_START_TIMEOUT_SECS": "60",
+            "DEADLINE_MARGIN_MS": "2000",
+            "AWS_LAMBDA_LOG_FORMAT": "JSON",
+            "RUST_LOG": "info",
+            **self.extra_env,
+        }, os.path.join(self.workdir, "function.log"))
+        self.function.start()
+        self.create_group(self.group, 0)
+        self.threads = [threading.Thread(target=self._instances_loop, daemon=True)]
+        for t in self.threads:
+            t.start()
+        self.delivery = Delivery(self, self.chaos, self.schedule_every)
+        self.delivery.start()
+        self.writer = Writer(self) if self.with_writer else None
+
+    def close(self):
+        self.stop_flag.set()
+        if getattr(self, "writer", None) and self.writer.is_alive():
+            self.writer.stop()
+        if getattr(self, "delivery", None):
+            self.delivery.stop()
+        for t in getattr(self, "threads", []):
+            t.join(timeout=5)
+        with self.lock:
+            for inst in self.instances.values():
+                if inst.proc is not None:
+                    procs.stop(inst.proc, kill=True)
+        if getattr(self, "function", None):
+            self.function.close()
+        if self.moto is not None:
+            procs.stop(self.moto)
+        if not self.keep_workdir and os.environ.get("SIM_KEEP") != "1":
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # --- AWS side ----------------------------------------------------------------------------
+
+    def drain(self, feed: str) -> list:
+        with urllib.request.urlopen(f"{self.endpoint}/_sim/{feed}", timeout=5) as r:
+            return json.loads(r.read())
+
+    def create_group(self, name: str, desired: int):
+        lt = f"{name}-lt"
+        self.ec2.create_launch_template(LaunchTemplateName=lt, LaunchTemplateData={
+            "ImageId": "ami-12c6146b", "InstanceType": "t3.small"})
+        self.asg.create_auto_scaling_group(
+            AutoScalingGroupName=name, LaunchTemplate={"LaunchTemplateName": lt},
+            MinSize=0, MaxSize=20, DesiredCapacity=0, AvailabilityZones=["us-east-1a"])
+        self.asg.put_lifecycle_hook(AutoScalingGroupName=name, LifecycleHookName="etcd-launch",
+                                    LifecycleTransition="autoscaling:EC2_INSTANCE_LAUNCHING",
+                                    HeartbeatTimeout=120, DefaultResult="ABANDON")
+        self.asg.put_lifecycle_hook(AutoScalingGroupName=name, LifecycleHookName="etcd-terminate",
+                                    LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
+                                    HeartbeatTimeout=120, DefaultResult="CONTINUE")
+        if desired:
+            self.scale(desired, group=name)
+
+    def scale(self, desired: int, group: str | None = None):
+        self.asg.set_desired_capacity(AutoScalingGroupName=group or self.group, DesiredCapacity=desired)
+
+    def terminate(self, instance_id: str, decrement: bool = False):
+        self.asg.terminate_instance_in_auto_scaling_group(InstanceId=instance_id,
+                                                          ShouldDecrementDesiredCapacity=decrement)
+
+    def detach(self, instance_id: str):
+        """Take an instance out of the group with no hook and no event, and kill its etcd."""
+        self.asg.detach_instances(AutoScalingGroupName=self.group, InstanceIds=[instance_id],
+                                  ShouldDecrementDesiredCapacity=True)
+        self.kill_instance(instance_id)
+
+    def group_instances(self, group: str | None = None) -> list[dict]:
+        g = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group or self.group])
+        return g["AutoScalingGroups"][0]["Instances"]
+
+    def desired(self) -> int:
+        g = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[self.group])
+        return g["AutoScalingGroups"][0]["DesiredCapacity"]
+
+    def parameters(self) -> dict[str, str]:
+        out = {}
+        for page in self.ssm.get_paginator("get_parameters_by_path").paginate(Path="/", Recursive=True):
+            for p in page["Parameters"]:
+                out[p["Name"]] = p["Value"]
+        return out
+
+    # --- instances ---------------------------------------------------------------------------
+
+    def _instances_loop(self):
+        while not self.stop_flag.wait(0.2):
+            try:
+                for iid in self.drain("terminated"):
+                    self.kill_instance(iid)
+                for i in self.group_instances():
+                    if i["InstanceId"] not in self.instances:
+                        self._boot(i["InstanceId"])
+            except Exception as e:  # moto going away at shutdown
+                if not self.stop_flag.is_set():
+                    print(f"instances loop: {e!r}", file=sys.stderr)
+
+    def _boot(self, iid: str):
+        """An instance starting: it gets an address, then runs the boot script of the template."""
+        address = next(self._addresses)
+        self.ec2.create_tags(Resources=[iid], Tags=[{"Key": ADDRESS_TAG, "Value": address}])
+        data_dir = os.path.join(self.workdir, iid)
+        os.makedirs(data_dir, exist_ok=True)
+        env = {
+            **self.aws_env,
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PARAMETER_PREFIX": self.prefix,
+            "INSTANCE_ID": iid,
+            "DATA_DIR": os.path.join(data_dir, "data"),
+            "CONFIG_FILE": os.path.join(data_dir, "etcd.env"),
+            "BOOT_MODE": "exec",
+            "ETCD_BIN": shutil.which("etcd") or "/usr/bin/etcd",
+            "POLL_SECONDS": "0.5",
+        }
+        proc = procs.spawn(["bash", str(BOOT_SCRIPT)], env, os.path.join(data_dir, "boot.log"))
+        with self.lock:
+            self.instances[iid] = SimInstance(iid, address, data_dir, proc)
+
+    def kill_instance(self, iid: str):
+        with self.lock:
+            inst = self.instances.get(iid)
+            if inst and inst.proc is not None:
+                procs.stop(inst.proc, kill=True)
+                inst.proc = None
+
+    def pause_instance(self, iid: str):
+        procs.pause(self.instances[iid].proc)
+
+    def resume_instance(self, iid: str):
+        procs.resume(self.instances[iid].proc)
+
+    def client_url(self, iid: str) -> str:
+        return f"http://{self.instances[iid].address}:2379"
+
+    def running_client_urls(self) -> list[str]:
+        with self.lock:
+            return [f"http://{i.address}:2379" for i in self.instances.values()
+                    if i.proc is not None and i.proc.poll() is None]
+
+    # --- observation and checks ---------------------------------------------------------------
+
+    def member_list(self) -> tuple[int, list[dict]] | None:
+        for url in self.running_client_urls():
+            try:
+                cid, members = etcd.members(url, timeout=1.0)
+                if any(m.get("isLearner") and url in m.get("clientURLs", []) for m in members):
+                    continue
+                return cid, members
+            except etcd.EtcdError:
+                continue
+        return None
+
+    def leader(self) -> str | None:
+        """The instance id of the current leader."""
+        listed = self.member_list()
+        if not listed:
+            return None
+        by_id = {int(m["ID"]): m.get("name", "") for m in listed[1]}
+        for url in self.running_client_urls():
+            try:
+                lead = int(etcd.status(url).get("leader", 0))
+                if lead in by_id:
+                    return by_id[lead]
+            except etcd.EtcdError:
+                continue
+        return None
+
+    def problems(self, desired: int | None = None) -> list[str]:
+        found = []
+        instances = self.group_instances()
+        want = self.desired() if desired is None else desired
+        if len(instances) != want:
+            found.append(f"group has {len(instances)} instances, desired {want}")
+        for i in instances:
+            if i["LifecycleState"] != "InService":
+                found.append(f"{i['InstanceId']} is {i['LifecycleState']}")
+        listed = self.member_list()
+        if listed is None:
+            return found + ["no member answers"]
+        cid, members = listed
+        if self.cluster_id is None:
+            self.cluster_id = cid
+        elif cid != self.cluster_id:
+            found.append(f"cluster id changed from {self.cluster_id:x} to {cid:x}")
+        names = sorted(m.get("name", "") for m in members)
+        ids = sorted(i["InstanceId"] for i in instances)
+        if names != ids:
+            found.append(f"members {names} != instances {ids}")
+        for m in members:
+            if m.get("isLearner"):
+                found.append(f"learner {int(m['ID']):x} ({m.get('name') or 'unstarted'}) left")
+        records = [k for k in self.parameters() if k == f"{self.prefix}/cluster"]
+        if len(records) != 1:
+            found.append(f"{len(records)} cluster records")
+        return found
+
+    def wait_converged(self, desired: int | None = None, timeout: float = 120.0, label: str = "") -> float:
+        """Wait until the member set equals the group's live instances and nothing is held."""
+        began = time.monotonic()
+        last_report = began
+        while True:
+            found = self.problems(desired)
+            if not found:
+                return time.monotonic() - began
+            now = time.monotonic()
+            if now - began > timeout:
+                raise NotConverged(f"{label}: not converged after {timeout:.0f}s: {found}\n{self.table()}")
+            if self.verbose and now - last_report > 5:
+                print(f"    … {label} {now - began:.0f}s: {found[0]}" + (f" (+{len(found) - 1})" if len(found) > 1 else ""),
+                      flush=True)
+                last_report = now
+            time.sleep(0.3)
+
+    def table(self) -> str:
+        listed = self.member_list()
+        members = {}
+        if listed:
+            for m in listed[1]:
+                for u in m.get("peerURLs", []):
+                    members[u] = m
+        lead = None
+        rows = []
+        for url in self.running_client_urls():
+            try:
+                lead = int(etcd.status(url).get("leader", 0)) or lead
+                break
+            except etcd.EtcdError:
+                continue
+        for i in sorted(self.group_instances(), key=lambda i: i["InstanceId"]):
+            iid = i["InstanceId"]
+            addr = self.instances[iid].address if iid in self.instances else "-"
+            m = members.get(f"http://{addr}:2380")
+            if m is None:
+                mid, role = "-", "-"
+            else:
+                mid = f"{int(m['ID']):x}"
+                role = "learner" if m.get("isLearner") else ("leader" if int(m["ID"]) == lead else "voter")
+            try:
+                etcd.status(f"http://{addr}:2379", timeout=0.5)
+                healthy = "yes"
+            except etcd.EtcdError:
+                healthy = "no"
+            rows.append((iid, i["LifecycleState"], addr, mid, role, healthy))
+        head = ("instance", "lifecycle", "address", "member id", "role", "healthy")
+        widths = [max(len(str(r[c])) for r in rows + [head]) for c in range(len(head))]
+        fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+        return "\n".join(["  " + fmt.format(*head)] + ["  " + fmt.format(*r) for r in rows])
+
+    def start_writer(self):
+        if self.writer and not self.writer.is_alive():
+            self.writer.start()
