@@ -123,9 +123,12 @@ class RuntimeApi:
 class Function:
     """The bootstrap binary behind the runtime API; restarted when it dies."""
 
-    def __init__(self, binary: str, env: dict, log_path: str):
+    def __init__(self, binary: str, env: dict, log_path: str, once: tuple[str, ...] = ()):
         self.binary = binary
         self.env = env
+        # Variables dropped after the first crash: a failpoint that fires once.
+        self.once = once
+        self.crashes = 0
         self.log_path = log_path
         self.api = RuntimeApi()
         self.proc: subprocess.Popen | None = None
@@ -179,6 +182,9 @@ class Function:
                 died = self.proc is None or self.proc.poll() is not None
                 if died or time.monotonic() > end:
                     inv.outcome = "crashed" if died else "timeout"
+                    self.crashes += 1
+                    for key in self.once:
+                        self.env.pop(key, None)
                     inv.finished = time.monotonic()
                     self.api.current = None
                     while not self.api.pending.empty():

@@ -203,12 +203,14 @@ class Simulation:
 
     def __init__(self, name: str = "etcd-sim", chaos: Chaos | None = None, schedule_every: float = 4.0,
                  function_env: dict | None = None, binary: str | None = None, workdir: str | None = None,
-                 writer: bool = True, verbose: bool = False):
+                 writer: bool = True, verbose: bool = False, crash_once_after: str | None = None):
         self.group = name
         self.chaos = chaos or Chaos()
         self.schedule_every = schedule_every
         self.binary = binary or default_binary()
-        self.extra_env = function_env or {}
+        self.extra_env = dict(function_env or {})
+        if crash_once_after:
+            self.extra_env["FAILPOINT_CRASH_AFTER"] = crash_once_after
         self.workdir = workdir or tempfile.mkdtemp(prefix="etcd-sim-")
         self.keep_workdir = workdir is not None
         self.with_writer = writer
@@ -271,7 +273,7 @@ class Simulation:
             "AWS_LAMBDA_LOG_FORMAT": "JSON",
             "RUST_LOG": "info",
             **self.extra_env,
-        }, os.path.join(self.workdir, "function.log"))
+        }, os.path.join(self.workdir, "function.log"), once=("FAILPOINT_CRASH_AFTER",))
         self.function.start()
         self.create_group(self.group, 0)
         self.threads = [threading.Thread(target=self._instances_loop, daemon=True)]
@@ -458,9 +460,12 @@ class Simulation:
         for m in members:
             if m.get("isLearner"):
                 found.append(f"learner {int(m['ID']):x} ({m.get('name') or 'unstarted'}) left")
-        records = [k for k in self.parameters() if k == f"{self.prefix}/cluster"]
-        if len(records) != 1:
-            found.append(f"{len(records)} cluster records")
+        params = self.parameters()
+        if f"{self.prefix}/cluster" not in params:
+            found.append("no cluster record")
+        configs = sorted(k.rsplit("/", 1)[1] for k in params if k.startswith(f"{self.prefix}/members/"))
+        if configs != ids:
+            found.append(f"published configs {configs} != instances {ids}")
         return found
 
     def wait_converged(self, desired: int | None = None, timeout: float = 120.0, label: str = "") -> float:

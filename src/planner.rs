@@ -262,7 +262,12 @@ impl<'a> Planner<'a> {
         if let Some(m) = self.member_of(leaving) {
             let last_voter = !m.is_learner && self.view.voters().count() == 1;
             if !last_voter {
-                if self.view.leader == Some(m.id) && !m.is_learner {
+                // Only a leader that answers can hand over; a hung one loses leadership to an
+                // election anyway, and the removal goes to another member.
+                let healthy_leader = self.view.leader == Some(m.id)
+                    && !m.is_learner
+                    && self.view.healthy.contains(&m.id);
+                if healthy_leader {
                     if let (Some(to), Some(endpoint)) =
                         (self.transferee(m.id), m.client_urls.first())
                     {

@@ -425,6 +425,20 @@ fn a_terminating_leader_hands_leadership_to_a_staying_healthy_voter_first() {
 }
 
 #[test]
+fn a_hung_terminating_leader_is_removed_without_a_handover() {
+    let g = given(vec![
+        inst(1, TerminatingWait),
+        inst(2, InService),
+        inst(3, InService),
+    ])
+    .record(1)
+    .members(vec![voter(1), voter(2), voter(3)])
+    .leader(1)
+    .unhealthy(1);
+    assert!(matches!(g.plan(), Step::RemoveMember { member, .. } if member == id(1)));
+}
+
+#[test]
 fn after_removal_the_config_goes_then_the_action_completes() {
     let g = given(vec![inst(1, InService), inst(3, TerminatingWait)])
         .record(1)

@@ -1,0 +1,83 @@
+# One task runner for people and CI. `make demo` and `make test` install what they need.
+#
+# Build outputs and Python tools live outside the clone, in one fixed place, so every clone
+# (and CI's fresh one) reuses the same build cache instead of rebuilding the AWS SDK crates.
+
+CACHE             ?= /var/tmp/etcd-asg-lifecycle
+export CARGO_TARGET_DIR ?= $(CACHE)/target
+VENV              ?= $(CACHE)/venv
+TEMPLATE_VENV     ?= $(CACHE)/venv-template
+PYTHON            ?= python3
+CARGO             ?= cargo
+APT_PACKAGES      := etcd-server etcd-client
+BOOTSTRAP         := $(CARGO_TARGET_DIR)/debug/bootstrap
+
+# The Python tools and etcd first on PATH for everything below.
+export PATH := $(VENV)/bin:$(TEMPLATE_VENV)/bin:$(PATH)
+export BOOTSTRAP_BIN := $(BOOTSTRAP)
+
+.PHONY: demo test check unit adapters e2e template-check build deps apt python-tools template-tools package bench clean
+
+## demo: the local simulation (real etcd, emulated AWS, the real function binary)
+demo: deps build
+	$(VENV)/bin/python -m sim.demo
+
+## test: everything CI runs: format, lint, unit, adapters against real etcd and moto, end to end, template
+test: deps check unit adapters e2e template-check
+
+check:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --locked --all-targets -- -D warnings
+
+unit:
+	$(CARGO) test --locked --lib
+
+adapters:
+	PYTHON=$(VENV)/bin/python $(CARGO) test --locked --test etcd_adapter --test aws_adapters
+
+e2e: build
+	$(VENV)/bin/python -m pytest -q tests/e2e
+
+template-check: template-tools
+	$(TEMPLATE_VENV)/bin/cfn-lint template.yaml
+	$(TEMPLATE_VENV)/bin/sam validate --lint --template template.yaml --region us-east-1
+	$(TEMPLATE_VENV)/bin/python -m pytest -q tests/template
+
+build:
+	$(CARGO) build --locked
+
+deps: apt python-tools
+
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+# A stamp per requirements file's content: a new clone with the same pins reuses the venv.
+python-tools:
+	@stamp=$(VENV)/.stamp-$$(sha256sum requirements.txt | cut -c1-16); \
+	if [ ! -f $$stamp ]; then \
+		$(PYTHON) -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt && touch $$stamp; \
+	fi
+
+template-tools:
+	@stamp=$(TEMPLATE_VENV)/.stamp-$$(sha256sum requirements-template.txt | cut -c1-16); \
+	if [ ! -f $$stamp ]; then \
+		$(PYTHON) -m venv $(TEMPLATE_VENV) && $(TEMPLATE_VENV)/bin/pip install -q --disable-pip-version-check -r requirements-template.txt && touch $$stamp; \
+	fi
+
+## package: the deployable arm64 bootstrap, as `sam build` makes it (cargo-lambda, zig)
+package: template-tools
+	rustup target add aarch64-unknown-linux-gnu
+	$(TEMPLATE_VENV)/bin/cargo-lambda lambda build --release --arm64 --locked
+	@ls -l $(CARGO_TARGET_DIR)/lambda/bootstrap/bootstrap | awk '{printf "bootstrap (arm64, release): %.1f MiB\n", $$5/1048576}'
+
+## bench: figures from the simulation (printed, not asserted)
+bench: deps
+	$(CARGO) build --locked --release
+	$(VENV)/bin/python -m sim.bench --binary $(CARGO_TARGET_DIR)/release/bootstrap
+
+clean:
+	rm -rf $(CARGO_TARGET_DIR) $(VENV) $(TEMPLATE_VENV)

@@ -1,0 +1,36 @@
+"""Each step of `make demo`, in order, on one cluster that a writer keeps busy throughout.
+
+After every step the simulation's convergence check holds: one cluster id throughout, the member
+set equals the group's live instances, no learner left, every lifecycle action completed, one
+published config per instance, the cluster record in place.
+"""
+
+import pytest
+
+from sim import scenario
+from sim.world import Simulation
+
+
+@pytest.fixture(scope="module")
+def sim():
+    s = Simulation(name="etcd-demo-steps")
+    s.start()
+    s.start_writer()
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize("title,step", scenario.DEMO, ids=[t for t, _ in scenario.DEMO])
+def test_step_converges(sim, title, step):
+    step(sim)
+    assert sim.problems() == []
+
+
+def test_no_acknowledged_write_was_lost_and_the_cluster_id_never_changed(sim):
+    sim.writer.stop()
+    assert len(sim.writer.acked) > 100, "the writer made progress throughout"
+    assert sim.writer.lost() == []
+    assert sim.problems() == []  # includes: the cluster id is the first one seen
+    assert all(i.outcome == "ok" for i in sim.function.invocations), [
+        (i.outcome, i.body) for i in sim.function.invocations if i.outcome != "ok"
+    ]
