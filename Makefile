@@ -15,8 +15,10 @@ BOOTSTRAP         := $(CARGO_TARGET_DIR)/debug/bootstrap
 # The Python tools and etcd first on PATH for everything below.
 export PATH := $(VENV)/bin:$(TEMPLATE_VENV)/bin:$(PATH)
 export BOOTSTRAP_BIN := $(BOOTSTRAP)
+# No telemetry: these machines reach no AWS endpoint.
+export SAM_CLI_TELEMETRY := 0
 
-.PHONY: demo test check unit adapters e2e template-check build deps apt python-tools template-tools package bench clean
+.PHONY: demo test check unit adapters e2e template-check template-sync build deps apt python-tools template-tools package bench clean
 
 ## demo: the local simulation (real etcd, emulated AWS, the real function binary)
 demo: deps build
@@ -39,9 +41,14 @@ e2e: build
 	$(VENV)/bin/python -m pytest -q tests/e2e
 
 template-check: template-tools
+	$(PYTHON) tools/sync_template.py --check
 	$(TEMPLATE_VENV)/bin/cfn-lint template.yaml
 	$(TEMPLATE_VENV)/bin/sam validate --lint --template template.yaml --region us-east-1
 	$(TEMPLATE_VENV)/bin/python -m pytest -q tests/template
+
+## template-sync: copy boot/etcd-boot.sh into template.yaml's user data after editing it
+template-sync:
+	$(PYTHON) tools/sync_template.py
 
 build:
 	$(CARGO) build --locked
@@ -71,7 +78,8 @@ template-tools:
 ## package: the deployable arm64 bootstrap, as `sam build` makes it (cargo-lambda, zig)
 package: template-tools
 	rustup target add aarch64-unknown-linux-gnu
-	$(TEMPLATE_VENV)/bin/cargo-lambda lambda build --release --arm64 --locked
+	# cargo-lambda finds zig as `python3 -m ziglang`: this venv's python3 must come first.
+	PATH=$(TEMPLATE_VENV)/bin:$$PATH cargo-lambda lambda build --release --arm64 --locked
 	@ls -l $(CARGO_TARGET_DIR)/lambda/bootstrap/bootstrap | awk '{printf "bootstrap (arm64, release): %.1f MiB\n", $$5/1048576}'
 
 ## bench: figures from the simulation (printed, not asserted)

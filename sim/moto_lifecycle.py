@@ -21,6 +21,7 @@ oldest unprotected instances).
 Extra routes, for the simulation only (EventBridge does not exist here):
   GET /_sim/events      drain the EventBridge events produced so far (JSON list)
   GET /_sim/terminated  drain the ids of instances whose termination finished (JSON list)
+  GET /_sim/requests    drain the count of API calls made by the Rust SDK (the function), by action
 
 Every request is served under one lock, so the timer thread and requests never interleave.
 """
@@ -28,6 +29,7 @@ Every request is served under one lock, so the timer thread and requests never i
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import signal
@@ -35,7 +37,9 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from datetime import datetime, timezone
+from urllib.parse import parse_qs
 
 from moto.autoscaling import models as asg
 from moto.autoscaling import responses as asg_responses
@@ -51,6 +55,7 @@ ACTIVE = ("Pending", "Pending:Wait", "Pending:Proceed", "InService")
 LOCK = threading.RLock()
 EVENTS: list[dict] = []
 TERMINATED: list[str] = []
+SDK_REQUESTS: Counter = Counter()
 # (group name, instance id) -> pending action
 ACTIONS: dict[tuple[str, str], "Action"] = {}
 
@@ -277,17 +282,38 @@ def _timeouts(stop: threading.Event):
                 _conclude(action, action.hook.default_result)
 
 
+def _count_sdk_request(environ):
+    """Counts the function's own calls (the Rust SDK's), apart from the simulation's (boto3)."""
+    if "aws-sdk-rust" not in environ.get("HTTP_USER_AGENT", ""):
+        return
+    action = environ.get("HTTP_X_AMZ_TARGET", "").rsplit(".", 1)[-1]
+    if not action:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        environ["wsgi.input"] = io.BytesIO(body)
+        action = parse_qs(body.decode(errors="replace")).get("Action", ["?"])[0]
+    SDK_REQUESTS[action] += 1
+
+
+FEEDS = {"/_sim/events": lambda: EVENTS, "/_sim/terminated": lambda: TERMINATED}
+
+
 def app_with_lock(inner):
     def app(environ, start_response):
         path = environ.get("PATH_INFO", "")
-        if path in ("/_sim/events", "/_sim/terminated"):
+        if path in FEEDS or path == "/_sim/requests":
             with LOCK:
-                feed = EVENTS if path == "/_sim/events" else TERMINATED
-                body = json.dumps(feed).encode()
-                feed.clear()
+                if path == "/_sim/requests":
+                    body = json.dumps(dict(SDK_REQUESTS)).encode()
+                    SDK_REQUESTS.clear()
+                else:
+                    feed = FEEDS[path]()
+                    body = json.dumps(feed).encode()
+                    feed.clear()
             start_response("200 OK", [("Content-Type", "application/json")])
             return [body]
         with LOCK:
+            _count_sdk_request(environ)
             return list(inner(environ, start_response))
 
     return app

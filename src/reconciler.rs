@@ -1,6 +1,8 @@
 //! The handler: validate the event, then observe → plan → apply until nothing is left to do or
 //! the invocation's time is up. Every step looks before it acts, so replays are no-ops.
 
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,7 +48,73 @@ pub enum Response {
         steps: Vec<String>,
         /// Work left for a later invocation, if any.
         waiting: Option<String>,
+        stats: Stats,
     },
+}
+
+/// Where one invocation's time went, and how many calls it made through each port.
+#[derive(Serialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Stats {
+    pub elapsed_ms: u64,
+    /// Elapsed minus etcd, AWS and waiting: the function's own work.
+    pub own_ms: u64,
+    pub etcd_ms: u64,
+    pub aws_ms: u64,
+    pub waited_ms: u64,
+    pub etcd_calls: u32,
+    pub aws_calls: u32,
+    pub observations: u32,
+}
+
+#[derive(Default)]
+struct Meter {
+    etcd_ns: AtomicU64,
+    etcd_calls: AtomicU32,
+    aws_ns: AtomicU64,
+    aws_calls: AtomicU32,
+    waited_ns: AtomicU64,
+    observations: AtomicU32,
+}
+
+impl Meter {
+    async fn etcd<T>(&self, call: impl Future<Output = T>) -> T {
+        Self::time(&self.etcd_ns, &self.etcd_calls, call).await
+    }
+
+    async fn aws<T>(&self, call: impl Future<Output = T>) -> T {
+        Self::time(&self.aws_ns, &self.aws_calls, call).await
+    }
+
+    async fn time<T>(ns: &AtomicU64, calls: &AtomicU32, call: impl Future<Output = T>) -> T {
+        let began = Instant::now();
+        let out = call.await;
+        ns.fetch_add(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        calls.fetch_add(1, Ordering::Relaxed);
+        out
+    }
+
+    async fn sleep(&self, pause: Duration) {
+        tokio::time::sleep(pause).await;
+        self.waited_ns
+            .fetch_add(pause.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    fn stats(&self, elapsed: Duration) -> Stats {
+        let ms = |ns: &AtomicU64| ns.load(Ordering::Relaxed) / 1_000_000;
+        let (etcd_ms, aws_ms, waited_ms) =
+            (ms(&self.etcd_ns), ms(&self.aws_ns), ms(&self.waited_ns));
+        let elapsed_ms = elapsed.as_millis() as u64;
+        Stats {
+            elapsed_ms,
+            own_ms: elapsed_ms.saturating_sub(etcd_ms + aws_ms + waited_ms),
+            etcd_ms,
+            aws_ms,
+            waited_ms,
+            etcd_calls: self.etcd_calls.load(Ordering::Relaxed),
+            aws_calls: self.aws_calls.load(Ordering::Relaxed),
+            observations: self.observations.load(Ordering::Relaxed),
+        }
+    }
 }
 
 pub struct Reconciler<G, L, P, M> {
@@ -91,11 +159,12 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
         }
     }
 
-    pub async fn observe(&self) -> Result<Observation, Error> {
+    async fn observe(&self, meter: &Meter) -> Result<Observation, Error> {
+        meter.observations.fetch_add(1, Ordering::Relaxed);
         // Group, then parameters, then etcd: a config is written only after its member exists,
         // so a config seen here without its member means the member has since been removed.
-        let instances = self.group.instances().await?;
-        let published = self.published.load().await?;
+        let instances = meter.aws(self.group.instances()).await?;
+        let published = meter.aws(self.published.load()).await?;
         let topology = &self.config.settings.topology;
         let mut present: Vec<_> = instances.iter().filter(|i| i.state.is_present()).collect();
         present.sort_by(|a, b| (a.launched_at, &a.id).cmp(&(b.launched_at, &b.id)));
@@ -103,7 +172,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
             .iter()
             .filter_map(|i| i.address.as_deref().map(|a| topology.client_url(a)))
             .collect();
-        let cluster = self.members.observe(&endpoints).await;
+        let cluster = meter.etcd(self.members.observe(&endpoints)).await;
         Ok(Observation {
             instances,
             cluster,
@@ -119,6 +188,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
         deadline: Instant,
     ) -> Result<Response, Error> {
         let started = Instant::now();
+        let meter = Meter::default();
         let stop_at = deadline
             .checked_sub(self.config.deadline_margin)
             .unwrap_or(started);
@@ -129,7 +199,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
         let mut failures = 0u32;
         let mut last_wait = None;
         loop {
-            let obs = self.observe().await?;
+            let obs = self.observe(&meter).await?;
             if let Some(id) = hint.filter(|_| steps.is_empty() && failures == 0) {
                 if obs.instance(id).is_none() {
                     let reason = format!("is not in group {:?}", self.config.group_name);
@@ -144,11 +214,13 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
             let step = planner::plan(&obs, &self.config.settings);
             let waiting = match &step {
                 Step::Idle => {
-                    info!(%trigger, steps = steps.len(), "converged");
+                    let stats = meter.stats(started.elapsed());
+                    info!(%trigger, steps = steps.len(), ?stats, "converged");
                     return Ok(Response::Reconciled {
                         trigger,
                         steps,
                         waiting: None,
+                        stats,
                     });
                 }
                 Step::Wait(w) => Some(w.clone()),
@@ -160,17 +232,20 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                     last_wait = Some(wait.clone());
                 }
                 if Instant::now() + self.config.poll_interval > patience_until {
-                    self.heartbeat(&obs, &wait).await?;
+                    self.heartbeat(&obs, &wait, &meter).await?;
+                    let stats = meter.stats(started.elapsed());
+                    info!(%trigger, steps = steps.len(), ?stats, ?wait, "leaving work for later");
                     return Ok(Response::Reconciled {
                         trigger,
                         steps,
                         waiting: Some(format!("{wait:?}")),
+                        stats,
                     });
                 }
-                tokio::time::sleep(self.config.poll_interval).await;
+                meter.sleep(self.config.poll_interval).await;
                 continue;
             }
-            match self.apply(&step, &obs).await {
+            match self.apply(&step, &obs, &meter).await {
                 Ok(outcome) => {
                     log_decision(&step, outcome);
                     steps.push(describe(&step, outcome));
@@ -193,25 +268,33 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                     if Instant::now() + pause > patience_until {
                         return Err(e);
                     }
-                    tokio::time::sleep(pause).await;
+                    meter.sleep(pause).await;
                 }
                 Err(e) => return Err(e),
             }
             if steps.len() >= MAX_STEPS || Instant::now() > stop_at {
+                let stats = meter.stats(started.elapsed());
                 warn!(
                     steps = steps.len(),
+                    ?stats,
                     "stopping with work left: step or time budget spent"
                 );
                 return Ok(Response::Reconciled {
                     trigger,
                     steps,
                     waiting: Some("budget".into()),
+                    stats,
                 });
             }
         }
     }
 
-    async fn apply(&self, step: &Step, obs: &Observation) -> Result<&'static str, Error> {
+    async fn apply(
+        &self,
+        step: &Step,
+        obs: &Observation,
+        meter: &Meter,
+    ) -> Result<&'static str, Error> {
         let view = match &obs.cluster {
             ClusterState::Known(v) => Some(v),
             ClusterState::Unreachable { .. } => None,
@@ -223,24 +306,28 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                     detail: "no member answered this observation".into(),
                 })
         };
+        // etcd's "already so" answers are success for an idempotent step.
         let settled = |r: Result<(), Error>, done: Refusal, outcome, already| match r {
             Ok(()) => Ok(outcome),
             Err(e) if e.refusal() == Some(done) => Ok(already),
             Err(e) => Err(e),
         };
+        let (members, published) = (&self.members, &self.published);
         match step {
             Step::CreateCluster(record) => {
-                Ok(match self.published.create_cluster(record).await? {
+                Ok(match meter.aws(published.create_cluster(record)).await? {
                     Created::Created => "created",
                     Created::AlreadyExists => "lost-race",
                 })
             }
             Step::Publish { instance, config } => {
-                self.published.publish(instance, config).await?;
+                meter.aws(published.publish(instance, config)).await?;
                 Ok("published")
             }
             Step::AddLearner { peer_url, .. } => {
-                let r = self.members.add_learner(&endpoint(None)?, peer_url).await;
+                let r = meter
+                    .etcd(members.add_learner(&endpoint(None)?, peer_url))
+                    .await;
                 settled(
                     r.map(drop),
                     Refusal::PeerUrlExists,
@@ -249,7 +336,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                 )
             }
             Step::Promote { member, .. } => {
-                let r = self.members.promote(&endpoint(None)?, *member).await;
+                let r = meter.etcd(members.promote(&endpoint(None)?, *member)).await;
                 settled(r, Refusal::NotALearner, "promoted", "already-voter")
             }
             Step::TransferLeadership {
@@ -257,48 +344,48 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                 leader_endpoint,
                 ..
             } => {
-                self.members
-                    .transfer_leadership(leader_endpoint, *to)
+                meter
+                    .etcd(members.transfer_leadership(leader_endpoint, *to))
                     .await?;
                 Ok("transferred")
             }
             Step::RemoveMember { member, .. } => {
-                let r = self
-                    .members
-                    .remove(&endpoint(Some(*member))?, *member)
+                let r = meter
+                    .etcd(members.remove(&endpoint(Some(*member))?, *member))
                     .await;
                 settled(r, Refusal::MemberNotFound, "removed", "already-removed")
             }
             Step::Unpublish { instance } => {
-                self.published.unpublish(instance).await?;
+                meter.aws(published.unpublish(instance)).await?;
                 Ok("unpublished")
             }
             Step::Complete {
                 instance,
                 transition,
                 result,
-            } => Ok(
-                match self
-                    .lifecycle
-                    .complete(instance, *transition, *result)
-                    .await?
-                {
+            } => {
+                let done = meter
+                    .aws(self.lifecycle.complete(instance, *transition, *result))
+                    .await?;
+                Ok(match done {
                     Completion::Done => "completed",
                     Completion::NotPending => "already-completed",
-                },
-            ),
+                })
+            }
             Step::Wait(_) | Step::Idle => Ok("nothing"),
         }
     }
 
     /// While work waits on something slow, keep the held instances' hooks from timing out. Not
     /// when the cluster is unreachable: then the hooks' default results are the right end.
-    async fn heartbeat(&self, obs: &Observation, wait: &Wait) -> Result<(), Error> {
+    async fn heartbeat(&self, obs: &Observation, wait: &Wait, meter: &Meter) -> Result<(), Error> {
         if matches!(wait, Wait::ClusterUnreachable { .. }) {
             return Ok(());
         }
         for (instance, transition) in planner::held(obs) {
-            let c = self.lifecycle.heartbeat(&instance, transition).await?;
+            let c = meter
+                .aws(self.lifecycle.heartbeat(&instance, transition))
+                .await?;
             info!(%instance, %transition, completion = ?c, "lifecycle heartbeat");
         }
         Ok(())

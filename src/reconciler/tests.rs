@@ -163,14 +163,18 @@ async fn a_duplicate_event_is_a_no_op() {
             .handle(&lifecycle_event("launch", "i-00000002"), far())
             .await
             .unwrap();
-        assert_eq!(
-            resp,
-            Response::Reconciled {
-                trigger: "launch i-00000002".into(),
-                steps: vec![],
-                waiting: None
-            }
-        );
+        let Response::Reconciled {
+            trigger,
+            steps,
+            waiting,
+            stats,
+        } = resp
+        else {
+            panic!("{resp:?}")
+        };
+        assert_eq!(trigger, "launch i-00000002");
+        assert_eq!((steps, waiting), (vec![], None));
+        assert_eq!(stats.observations, 1, "one look, nothing to do");
     }
     assert_eq!(world.calls(), before, "no call changed anything");
 }
