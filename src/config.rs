@@ -367,6 +367,14 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_documents_every_variable() {
+        let readme = include_str!("../README.md");
+        for (var, _) in VARIABLES {
+            assert!(readme.contains(&format!("`{var}`")), "README lacks {var}");
+        }
+    }
+
+    #[test]
     fn bad_values_are_reported_with_variable_and_value() {
         let e = error_text(&[("ETCD_PEER_PORT", "70000")]);
         assert!(e.contains("ETCD_PEER_PORT") && e.contains("70000"), "{e}");
