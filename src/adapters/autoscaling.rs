@@ -2,7 +2,8 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_autoscaling::error::ProvideErrorMetadata;
+use aws_sdk_autoscaling::config::http::HttpResponse;
+use aws_sdk_autoscaling::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_autoscaling::types::LifecycleState as AwsLifecycleState;
 
 use super::aws;
@@ -98,11 +99,25 @@ impl LifecycleHooks {
     }
 }
 
-/// AWS's answer for an action it no longer holds: for an idempotent caller, "already done".
-fn not_pending<E: ProvideErrorMetadata>(e: &E) -> bool {
-    e.code() == Some("ValidationError")
-        && e.message()
-            .is_some_and(|m| m.contains("No active Lifecycle Action found"))
+/// AWS's answer for an action it no longer holds means, for an idempotent caller, "already done".
+fn completion<O, E>(
+    operation: &'static str,
+    r: Result<O, SdkError<E, HttpResponse>>,
+) -> Result<Completion, Error>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match r {
+        Ok(_) => Ok(Completion::Done),
+        Err(e)
+            if e.code() == Some("ValidationError")
+                && e.message()
+                    .is_some_and(|m| m.contains("No active Lifecycle Action found")) =>
+        {
+            Ok(Completion::NotPending)
+        }
+        Err(e) => Err(aws(operation)(e.into())),
+    }
 }
 
 impl Lifecycle for LifecycleHooks {
@@ -121,11 +136,7 @@ impl Lifecycle for LifecycleHooks {
             .lifecycle_action_result(result.as_str())
             .send()
             .await;
-        match r {
-            Ok(_) => Ok(Completion::Done),
-            Err(e) if not_pending(&e) => Ok(Completion::NotPending),
-            Err(e) => Err(aws("CompleteLifecycleAction")(e.into())),
-        }
+        completion("CompleteLifecycleAction", r)
     }
 
     async fn heartbeat(&self, instance: &str, transition: Transition) -> Result<Completion, Error> {
@@ -137,10 +148,6 @@ impl Lifecycle for LifecycleHooks {
             .instance_id(instance)
             .send()
             .await;
-        match r {
-            Ok(_) => Ok(Completion::Done),
-            Err(e) if not_pending(&e) => Ok(Completion::NotPending),
-            Err(e) => Err(aws("RecordLifecycleActionHeartbeat")(e.into())),
-        }
+        completion("RecordLifecycleActionHeartbeat", r)
     }
 }

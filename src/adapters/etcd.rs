@@ -179,6 +179,19 @@ impl EtcdMembers {
         })
     }
 
+    /// A membership call whose answer carries nothing we need.
+    async fn act(
+        &self,
+        operation: &'static str,
+        endpoint: &str,
+        path: &str,
+        body: Value,
+    ) -> Result<(), Error> {
+        self.call::<Value>(operation, endpoint, path, body, None)
+            .await
+            .map(drop)
+    }
+
     async fn list(&self, endpoint: &str) -> Result<ListResponse, Error> {
         self.call(
             "member list",
@@ -292,38 +305,26 @@ impl Members for EtcdMembers {
     }
 
     async fn promote(&self, endpoint: &str, id: MemberId) -> Result<(), Error> {
-        self.call::<Value>(
+        let body = json!({"ID": id.0.to_string()});
+        self.act(
             "member promote",
             endpoint,
             "/v3/cluster/member/promote",
-            json!({"ID": id.0.to_string()}),
-            None,
+            body,
         )
         .await
-        .map(drop)
     }
 
     async fn remove(&self, endpoint: &str, id: MemberId) -> Result<(), Error> {
-        self.call::<Value>(
-            "member remove",
-            endpoint,
-            "/v3/cluster/member/remove",
-            json!({"ID": id.0.to_string()}),
-            None,
-        )
-        .await
-        .map(drop)
+        let body = json!({"ID": id.0.to_string()});
+        self.act("member remove", endpoint, "/v3/cluster/member/remove", body)
+            .await
     }
 
     async fn transfer_leadership(&self, leader_endpoint: &str, to: MemberId) -> Result<(), Error> {
-        self.call::<Value>(
-            "transfer leadership",
-            leader_endpoint,
-            "/v3/maintenance/transfer-leadership",
-            json!({"targetID": to.0.to_string()}),
-            None,
-        )
-        .await
-        .map(drop)
+        let body = json!({"targetID": to.0.to_string()});
+        let path = "/v3/maintenance/transfer-leadership";
+        self.act("transfer leadership", leader_endpoint, path, body)
+            .await
     }
 }
