@@ -167,3 +167,15 @@ def test_user_data_runs_the_boot_script_byte_for_byte(template):
 
 def test_outputs_name_the_endpoint_the_prefix_and_the_function(template):
     assert {"ClientEndpoint", "ParameterPrefix", "FunctionName"} <= set(template["Outputs"])
+
+
+def test_the_function_environment_uses_only_variables_the_function_reads(template):
+    """A misspelt variable would silently fall back to its default."""
+    import re
+
+    source = (ROOT / "src" / "config.rs").read_text()
+    table = source[source.index("pub const VARIABLES"):source.index("];", source.index("pub const VARIABLES"))]
+    known = set(re.findall(r'\("([A-Z_]+)",', table))
+    env = function(template)["Properties"]["Environment"]["Variables"]
+    assert set(env) <= known, set(env) - known
+    assert {"ASG_NAME", "LAUNCH_HOOK_NAME", "TERMINATE_HOOK_NAME"} <= set(env)
