@@ -147,14 +147,18 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                     what: "test notification".into(),
                 })
             }
-            Ok(Trigger::Schedule) => self.reconcile("schedule".into(), None, deadline).await,
+            // Boxed: the SDK's futures nest deep enough that the release build's layout
+            // computation of one unboxed handler future overflows rustc's query depth.
+            Ok(Trigger::Schedule) => {
+                Box::pin(self.reconcile("schedule".into(), None, deadline)).await
+            }
             Ok(Trigger::Lifecycle {
                 transition,
                 instance,
                 ..
             }) => {
                 let trigger = format!("{transition} {instance}");
-                self.reconcile(trigger, Some(&instance), deadline).await
+                Box::pin(self.reconcile(trigger, Some(&instance), deadline)).await
             }
         }
     }
