@@ -9,7 +9,7 @@ VENV              ?= $(CACHE)/venv
 TEMPLATE_VENV     ?= $(CACHE)/venv-template
 PYTHON            ?= python3
 CARGO             ?= cargo
-APT_PACKAGES      := etcd-server etcd-client
+APT_PACKAGES      := etcd-server etcd-client openssl
 BOOTSTRAP         := $(CARGO_TARGET_DIR)/debug/bootstrap
 
 # The Python tools and etcd first on PATH for everything below.

@@ -207,3 +207,117 @@ async fn membership_calls_against_a_real_cluster() {
         ClusterState::Known(v) => panic!("{v:?}"),
     }
 }
+
+fn openssl(dir: &std::path::Path, args: &str) {
+    let status = std::process::Command::new("openssl")
+        .args(args.split_whitespace())
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("openssl");
+    assert!(status.success(), "openssl {args}");
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, all made here.
+fn certificates(dir: &std::path::Path) {
+    // etcd's JSON gateway dials etcd's own gRPC server with the server certificate as its client
+    // certificate: without clientAuth it is refused ("incompatible key usage").
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    openssl(
+        dir,
+        "req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 1 -subj /CN=test-ca",
+    );
+    for who in ["server", "client"] {
+        openssl(
+            dir,
+            &format!(
+                "req -newkey rsa:2048 -nodes -keyout {who}.key -out {who}.csr -subj /CN={who}"
+            ),
+        );
+        openssl(dir, &format!(
+            "x509 -req -in {who}.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out {who}.pem -days 1 -extfile {who}.ext"
+        ));
+    }
+}
+
+#[tokio::test]
+async fn client_certificates_when_etcd_requires_them() {
+    use etcd_asg_lifecycle::config::TlsFiles;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    certificates(d);
+    let peer = format!("http://127.0.0.1:{}", support::free_port());
+    let client = format!("https://127.0.0.1:{}", support::free_port());
+    let path = |f: &str| d.join(f).to_str().unwrap().to_string();
+    let mut cmd = std::process::Command::new("etcd");
+    cmd.args(["--name", "tls", "--data-dir", &path("data")])
+        .args([
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+        ])
+        .args(["--initial-cluster", &format!("tls={peer}")])
+        .args([
+            "--listen-client-urls",
+            &client,
+            "--advertise-client-urls",
+            &client,
+        ])
+        .args([
+            "--cert-file",
+            &path("server.pem"),
+            "--key-file",
+            &path("server.key"),
+        ])
+        .args(["--trusted-ca-file", &path("ca.pem"), "--client-cert-auth"]);
+    let _etcd = support::Proc::spawn("etcd-tls", &mut cmd, &d.join("etcd.log"));
+
+    let tls = TlsFiles {
+        ca: path("ca.pem"),
+        cert: path("client.pem"),
+        key: path("client.key"),
+    };
+    let with_cert = EtcdMembers::new(Duration::from_secs(3), Some(&tls)).unwrap();
+    let endpoints = [client.clone()];
+    let v = eventually("etcd over TLS", 30, || async {
+        match with_cert.observe(&endpoints).await {
+            ClusterState::Known(v) if v.leader.is_some() => Some(v),
+            _ => None,
+        }
+    })
+    .await;
+    assert_eq!(v.members.len(), 1);
+    assert_eq!(v.members[0].client_urls, vec![client.clone()]);
+    assert!(
+        v.healthy.contains(&v.members[0].id),
+        "the health probe speaks TLS too"
+    );
+
+    // Without our CA and certificate, etcd is out of reach: no guessing, no membership change.
+    let plain = EtcdMembers::new(Duration::from_secs(3), None).unwrap();
+    assert!(matches!(
+        plain.observe(&endpoints).await,
+        ClusterState::Unreachable { .. }
+    ));
+
+    // A missing file is a configuration error naming the variable and the path.
+    let missing = TlsFiles {
+        ca: path("nope.pem"),
+        ..tls
+    };
+    let e = EtcdMembers::new(Duration::from_secs(3), Some(&missing))
+        .err()
+        .unwrap();
+    let text = e.to_string();
+    assert!(
+        text.contains("ETCD_CA_FILE") && text.contains("nope.pem"),
+        "{text}"
+    );
+}
