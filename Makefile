@@ -18,11 +18,15 @@ export BOOTSTRAP_BIN := $(BOOTSTRAP)
 # No telemetry: these machines reach no AWS endpoint.
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: demo test check unit adapters e2e template-check template-sync build deps apt python-tools template-tools package bench clean
+.PHONY: demo replay test check unit adapters e2e template-check template-sync build deps apt python-tools template-tools package bench clean
 
 ## demo: the local simulation (real etcd, emulated AWS, the real function binary)
 demo: deps build
 	$(VENV)/bin/python -m sim.demo
+
+## replay: every file of events/ (or EVENTS="a.json b.json") through the real binary
+replay: deps build
+	$(VENV)/bin/python -m sim.replay $(EVENTS)
 
 ## test: everything CI runs: format, lint, unit, adapters against real etcd and moto, end to end, template
 test: deps check unit adapters e2e template-check

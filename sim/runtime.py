@@ -25,7 +25,7 @@ PREFIX = "/2018-06-01/runtime"
 
 @dataclass
 class Invocation:
-    event: dict
+    event: dict | bytes  # bytes: sent as they are, even when they are not JSON
     timeout: float
     id: str = field(default_factory=lambda: str(uuid.uuid4()))
     done: threading.Event = field(default_factory=threading.Event)
@@ -77,9 +77,10 @@ class RuntimeApi:
                 inv.started = time.monotonic()
                 api.current = inv
                 deadline_ms = int((time.time() + inv.timeout) * 1000)
+                body = inv.event if isinstance(inv.event, bytes) else json.dumps(inv.event).encode()
                 self._reply(
                     200,
-                    json.dumps(inv.event).encode(),
+                    body,
                     [
                         ("Lambda-Runtime-Aws-Request-Id", inv.id),
                         ("Lambda-Runtime-Deadline-Ms", str(deadline_ms)),
@@ -170,7 +171,7 @@ class Function:
         self.kill()
         self.start()
 
-    def invoke(self, event: dict, timeout: float = 60.0) -> Invocation:
+    def invoke(self, event: dict | bytes, timeout: float = 60.0) -> Invocation:
         with self.lock:
             if self.proc is None or self.proc.poll() is not None:
                 self.proc = None

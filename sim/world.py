@@ -82,7 +82,6 @@ class Delivery(threading.Thread):
         self.dropped = 0
         self.failed = 0
         self.lock = threading.Lock()
-        self.paused = threading.Event()
 
     def push(self, event: dict, delay: float = 0.0, attempt: int = 0):
         with self.lock:
@@ -119,7 +118,7 @@ class Delivery(threading.Thread):
                 next_schedule = now + self.schedule_every
             item = None
             with self.lock:
-                if self.queue and self.queue[0].due <= now and not self.paused.is_set():
+                if self.queue and self.queue[0].due <= now:
                     item = heapq.heappop(self.queue)
             if item is None:
                 time.sleep(0.05)
@@ -203,8 +202,10 @@ class Simulation:
 
     def __init__(self, name: str = "etcd-sim", chaos: Chaos | None = None, schedule_every: float = 4.0,
                  function_env: dict | None = None, binary: str | None = None, workdir: str | None = None,
-                 writer: bool = True, verbose: bool = False, crash_once_after: str | None = None):
+                 writer: bool = True, verbose: bool = False, crash_once_after: str | None = None,
+                 hooks: tuple[str, str] = ("etcd-launch", "etcd-terminate")):
         self.group = name
+        self.hooks = hooks
         self.chaos = chaos or Chaos()
         self.schedule_every = schedule_every
         self.binary = binary or default_binary()
@@ -261,8 +262,8 @@ class Simulation:
             **self.aws_env,
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "ASG_NAME": self.group,
-            "LAUNCH_HOOK_NAME": "etcd-launch",
-            "TERMINATE_HOOK_NAME": "etcd-terminate",
+            "LAUNCH_HOOK_NAME": self.hooks[0],
+            "TERMINATE_HOOK_NAME": self.hooks[1],
             "PARAMETER_PREFIX": self.prefix,
             "ADDRESS_SOURCE": f"tag:{ADDRESS_TAG}",
             "WAIT_BUDGET_SECS": "20",
@@ -315,10 +316,10 @@ class Simulation:
         self.asg.create_auto_scaling_group(
             AutoScalingGroupName=name, LaunchTemplate={"LaunchTemplateName": lt},
             MinSize=0, MaxSize=20, DesiredCapacity=0, AvailabilityZones=["us-east-1a"])
-        self.asg.put_lifecycle_hook(AutoScalingGroupName=name, LifecycleHookName="etcd-launch",
+        self.asg.put_lifecycle_hook(AutoScalingGroupName=name, LifecycleHookName=self.hooks[0],
                                     LifecycleTransition="autoscaling:EC2_INSTANCE_LAUNCHING",
                                     HeartbeatTimeout=120, DefaultResult="ABANDON")
-        self.asg.put_lifecycle_hook(AutoScalingGroupName=name, LifecycleHookName="etcd-terminate",
+        self.asg.put_lifecycle_hook(AutoScalingGroupName=name, LifecycleHookName=self.hooks[1],
                                     LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
                                     HeartbeatTimeout=120, DefaultResult="CONTINUE")
         if desired:

@@ -174,7 +174,9 @@ fn lifecycle(
             format!("does not match the detail-type (expected {want})"),
         ));
     }
-    let instance = d.ec2_instance_id.unwrap_or_default();
+    let Some(instance) = d.ec2_instance_id else {
+        return Err(reject("EC2InstanceId", "", "is missing"));
+    };
     if !is_instance_id(&instance) {
         return Err(reject(
             "EC2InstanceId",
@@ -182,7 +184,9 @@ fn lifecycle(
             "is not an instance id ('i-' and 8 or 17 hex digits)",
         ));
     }
-    let token = d.lifecycle_action_token.unwrap_or_default();
+    let Some(token) = d.lifecycle_action_token else {
+        return Err(reject("LifecycleActionToken", "", "is missing"));
+    };
     if token.is_empty()
         || token.len() > 64
         || !token.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
