@@ -58,6 +58,11 @@ impl LifecycleState {
         )
     }
 
+    /// Not yet in service: the only instances that may seed a new cluster.
+    pub fn is_launching(&self) -> bool {
+        matches!(self, Self::Pending | Self::PendingWait)
+    }
+
     /// Instances still running etcd (or about to): a member of one is not an orphan.
     pub fn is_present(&self) -> bool {
         self.wants_membership()

@@ -181,9 +181,10 @@ fn without_cluster(obs: &Observation, settings: &Settings, detail: &str) -> Step
     let Some(record) = &obs.published.cluster else {
         // No record and nobody answering: a brand-new cluster. The seed is a pure function of
         // the group, so every racing invocation picks the same one; the create-only write decides.
+        // Only a launching instance may seed: one in service may run etcd we cannot reach.
         return by_age(&obs.instances)
             .into_iter()
-            .find(|i| i.state.wants_membership() && i.address.is_some())
+            .find(|i| i.state.is_launching() && i.address.is_some())
             .map(|seed| {
                 Step::CreateCluster(ClusterRecord {
                     token: format!("{}-{}", settings.cluster_name, seed.id),
@@ -196,12 +197,9 @@ fn without_cluster(obs: &Observation, settings: &Settings, detail: &str) -> Step
     // Bootstrap is under way only while the seed is still held at launch: its action completes
     // once it is a started voter, so a seed in service means the cluster existed and is now out
     // of reach. Publishing a `new` config then could found a second cluster.
-    let seed = obs.instance(&record.seed).filter(|i| {
-        matches!(
-            i.state,
-            LifecycleState::Pending | LifecycleState::PendingWait
-        )
-    });
+    let seed = obs
+        .instance(&record.seed)
+        .filter(|i| i.state.is_launching());
     match seed.and_then(|i| i.address.as_deref().map(|a| (i, a))) {
         Some((seed, address)) => {
             let t = &settings.topology;

@@ -200,6 +200,15 @@ fn terminating_instances_are_never_seeds() {
 }
 
 #[test]
+fn instances_in_service_never_seed_a_cluster() {
+    // No record and nobody answering, but these may run an etcd the function cannot reach.
+    let g = given(vec![inst(1, InService), inst(2, InService)]);
+    assert_eq!(g.plan(), Step::Idle);
+    let g = given(vec![inst(1, InService), inst(2, PendingWait)]);
+    assert!(matches!(g.plan(), Step::CreateCluster(r) if r.seed == i(2)));
+}
+
+#[test]
 fn after_the_record_the_seed_gets_a_new_cluster_config_of_itself() {
     let g = given(vec![inst(1, PendingWait), inst(2, PendingWait)]).record(1);
     assert_eq!(
