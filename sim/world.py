@@ -223,6 +223,8 @@ class Simulation:
         net = random.Random().randrange(1, 250), random.Random().randrange(1, 250)
         self._addresses = (f"127.{net[0]}.{net[1]}.{n}" for n in itertools.count(2))
         self.cluster_id: int | None = None
+        # The next N instances get an address but never run their boot script (a broken AMI).
+        self.dead_on_arrival = 0
         self.lock = threading.RLock()
         self.stop_flag = threading.Event()
         self.moto = None
@@ -373,6 +375,11 @@ class Simulation:
         self.ec2.create_tags(Resources=[iid], Tags=[{"Key": ADDRESS_TAG, "Value": address}])
         data_dir = os.path.join(self.workdir, iid)
         os.makedirs(data_dir, exist_ok=True)
+        if self.dead_on_arrival > 0:
+            self.dead_on_arrival -= 1
+            with self.lock:
+                self.instances[iid] = SimInstance(iid, address, data_dir, None)
+            return
         env = {
             **self.aws_env,
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
