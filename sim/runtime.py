@@ -152,8 +152,13 @@ class Function:
         }
         began = time.monotonic()
         self.proc = procs.spawn([self.binary], env, self.log_path)
-        if not self.api.first_poll.wait(30):
-            raise RuntimeError(f"{self.binary} did not ask for an invocation; see {self.log_path}")
+        while not self.api.first_poll.wait(0.05):
+            # A function that fails at start (a bad setting, say) exits: show why, at once.
+            if self.proc.poll() is not None or time.monotonic() - began > 30:
+                with open(self.log_path, errors="replace") as log:
+                    tail = "".join(log.readlines()[-5:])
+                errors = "".join(self.api.init_errors)
+                raise RuntimeError(f"{self.binary} did not ask for an invocation: {errors}{tail}")
         self.cold_starts.append(time.monotonic() - began)
 
     def _sample_memory(self):

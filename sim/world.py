@@ -340,13 +340,12 @@ class Simulation:
                                   ShouldDecrementDesiredCapacity=True)
         self.kill_instance(instance_id)
 
-    def group_instances(self, group: str | None = None) -> list[dict]:
+    def describe_group(self, group: str | None = None) -> dict:
         g = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group or self.group])
-        return g["AutoScalingGroups"][0]["Instances"]
+        return g["AutoScalingGroups"][0]
 
-    def desired(self) -> int:
-        g = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[self.group])
-        return g["AutoScalingGroups"][0]["DesiredCapacity"]
+    def group_instances(self, group: str | None = None) -> list[dict]:
+        return self.describe_group(group)["Instances"]
 
     def parameters(self) -> dict[str, str]:
         out = {}
@@ -446,8 +445,9 @@ class Simulation:
 
     def problems(self, desired: int | None = None) -> list[str]:
         found = []
-        instances = self.group_instances()
-        want = self.desired() if desired is None else desired
+        group = self.describe_group()
+        instances = group["Instances"]
+        want = group["DesiredCapacity"] if desired is None else desired
         if len(instances) != want:
             found.append(f"group has {len(instances)} instances, desired {want}")
         for i in instances:

@@ -92,3 +92,11 @@ def test_another_groups_events_are_ignored(simulation):
     assert [i["LifecycleState"] for i in others] == ["Pending:Wait", "Pending:Wait"], others
     assert sim.parameters() == before
     assert sim.problems(3) == []
+
+
+def test_a_function_with_a_bad_setting_fails_at_start_naming_it(simulation):
+    import pytest
+
+    with pytest.raises(RuntimeError) as failed:
+        simulation(function_env={"ETCD_PEER_PORT": "70000"})
+    assert "ETCD_PEER_PORT" in str(failed.value) and "70000" in str(failed.value)
