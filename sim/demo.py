@@ -26,9 +26,11 @@ def main(argv=None) -> int:
     with Simulation(binary=args.binary, workdir=args.keep, verbose=True) as sim:
         print(f"emulated AWS at {sim.endpoint}; function {sim.binary}; logs in {sim.workdir}\n", flush=True)
         sim.start_writer()
+        started_at = []  # (monotonic start, title) per step, to place the longest write stall
         for n, (title, step) in enumerate(scenario.DEMO, 1):
             print(f"[{n}/{len(scenario.DEMO)}] {title}", flush=True)
             t0 = time.monotonic()
+            started_at.append((t0, title))
             try:
                 what = step(sim)
             except (NotConverged, AssertionError) as e:
@@ -46,7 +48,9 @@ def main(argv=None) -> int:
         print(f"  writes acknowledged   {len(sim.writer.acked)}")
         print(f"  writes lost           {len(lost)}")
         print(f"  write attempts failed {sim.writer.attempts_failed}")
-        print(f"  longest write stall   {sim.writer.longest_stall:.2f}s")
+        during = [t for t0, t in started_at if t0 <= sim.writer.longest_stall_ended]
+        where = f" (ended during: {during[-1]})" if during else ""
+        print(f"  longest write stall   {sim.writer.longest_stall:.2f}s{where}")
         print(f"  invocations           {len(sim.function.invocations)} "
               f"({d.failed} failed, {d.dropped} events dropped on purpose)")
         print(f"  total time            {time.monotonic() - began:.1f}s")

@@ -155,27 +155,34 @@ class Writer(threading.Thread):
         self.acked: list[int] = []
         self.attempts_failed = 0
         self.longest_stall = 0.0
+        self.longest_stall_ended = 0.0  # monotonic time the longest stall ended
         self.stop_flag = threading.Event()
         self.rng = random.Random(11)
 
     def run(self):
         n = 0
-        last_ok = time.monotonic()
+        last_ok = None  # a stall is the gap between two acknowledged writes
+        url = None
         while not self.stop_flag.is_set():
             urls = self.sim.running_client_urls()
             if not urls:
                 time.sleep(0.1)
                 continue
+            # Like an etcd client: keep the endpoint that works, fail over when it stops working.
+            if url not in urls:
+                url = self.rng.choice(urls)
             try:
-                etcd.put(self.rng.choice(urls), f"{self.PREFIX}{n:08d}", str(n), timeout=1.0)
+                etcd.put(url, f"{self.PREFIX}{n:08d}", str(n), timeout=1.0)
                 now = time.monotonic()
-                self.longest_stall = max(self.longest_stall, now - last_ok)
+                if last_ok is not None and now - last_ok > self.longest_stall:
+                    self.longest_stall, self.longest_stall_ended = now - last_ok, now
                 last_ok = now
                 self.acked.append(n)
                 n += 1
                 time.sleep(0.02)
             except etcd.EtcdError:
                 self.attempts_failed += 1
+                url = None
                 time.sleep(0.05)
 
     def stop(self):
