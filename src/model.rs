@@ -89,6 +89,24 @@ impl fmt::Display for LifecycleState {
     }
 }
 
+/// Whether `s` can stand as the host of an etcd URL: an IP address or a DNS name. Addresses can
+/// come from instance tags, which anyone allowed to tag may set; whatever else a tag holds (a
+/// comma, an `=`, a newline) would be spliced into initial-cluster and the published env file.
+pub fn is_valid_address(s: &str) -> bool {
+    if s.parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
+}
+
 /// One instance of the group, as Auto Scaling and EC2 describe it.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Instance {
@@ -341,6 +359,30 @@ mod tests {
     fn member_config_parse_names_the_missing_variable() {
         let err = MemberConfig::parse_env("ETCD_NAME=x\n").unwrap_err();
         assert!(err.contains("ETCD_INITIAL_CLUSTER"), "{err}");
+    }
+
+    #[test]
+    fn addresses_are_ips_or_host_names_and_nothing_else() {
+        for ok in [
+            "10.0.1.13",
+            "127.0.9.1",
+            "fd00::7",
+            "ip-10-0-1-13.ec2.internal",
+        ] {
+            assert!(is_valid_address(ok), "{ok}");
+        }
+        let hostile = [
+            "",
+            "10.0.0.1\nETCD_DATA_DIR=/",
+            "10.0.0.1,evil=http://10.9.9.9:2380",
+            "a b",
+            "-bad.example",
+            "x..y",
+            "http://10.0.0.1",
+        ];
+        for bad in hostile {
+            assert!(!is_valid_address(bad), "{bad:?}");
+        }
     }
 
     #[test]

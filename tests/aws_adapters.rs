@@ -135,6 +135,35 @@ async fn group_instances_and_lifecycle_actions() {
         );
         assert!(i.launched_at > 1_700_000_000, "{i:?}");
     }
+    // A tag anyone may set: a value that is not an IP or host name gives no address at all,
+    // rather than being spliced into initial-cluster and the env file.
+    aws_sdk_ec2::Client::new(&sdk)
+        .create_tags()
+        .resources(&ids[1])
+        .tags(
+            Tag::builder()
+                .key("etcd-address")
+                .value("127.0.9.2\nETCD_DATA_DIR=/")
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let after_tag = group(AddressSource::Tag("etcd-address".into()))
+        .instances()
+        .await
+        .unwrap();
+    let address = |id: &str| {
+        after_tag
+            .iter()
+            .find(|i| i.id == id)
+            .unwrap()
+            .address
+            .clone()
+    };
+    assert_eq!(address(&ids[1]), None);
+    assert!(address(&ids[0]).is_some());
+
     let by_ip = group(AddressSource::PrivateIp).instances().await.unwrap();
     assert!(by_ip
         .iter()

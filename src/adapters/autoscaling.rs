@@ -9,7 +9,8 @@ use aws_sdk_autoscaling::types::LifecycleState as AwsLifecycleState;
 use super::aws;
 use crate::config::AddressSource;
 use crate::error::Error;
-use crate::model::{ActionResult, Instance, LifecycleState, Transition};
+use crate::event::shown;
+use crate::model::{is_valid_address, ActionResult, Instance, LifecycleState, Transition};
 use crate::ports::{Completion, Group, Lifecycle};
 
 pub struct AutoScalingGroup {
@@ -64,6 +65,14 @@ impl Group for AutoScalingGroup {
                         .find(|t| t.key() == Some(key.as_str()))
                         .and_then(|t| t.value().map(str::to_string)),
                 };
+                // An instance without a usable address is never seeded or joined.
+                let address = address.filter(|a| {
+                    let ok = is_valid_address(a);
+                    if !ok {
+                        tracing::warn!(instance = id, value = %shown(a), "address rejected: not an IP address or host name");
+                    }
+                    ok
+                });
                 let launched = i.launch_time().map_or(0, |t| t.secs());
                 details.insert(id.to_string(), (address, launched));
             }
