@@ -96,6 +96,48 @@ struct ErrorBody {
     error: Option<String>,
 }
 
+/// One POST to the JSON gateway. A refusal is read from the answer's `message`, not its HTTP
+/// status: builds map the same error to different statuses.
+async fn call<T: DeserializeOwned>(
+    client: &reqwest::Client,
+    operation: &'static str,
+    endpoint: &str,
+    path: &str,
+    body: Value,
+    timeout: Option<Duration>,
+) -> Result<T, Error> {
+    let unavailable = |e: reqwest::Error| Error::EtcdUnavailable {
+        operation,
+        endpoint: endpoint.to_string(),
+        source: Box::new(e),
+    };
+    let mut request = client
+        .post(format!("{}{path}", endpoint.trim_end_matches('/')))
+        .json(&body);
+    if let Some(t) = timeout {
+        request = request.timeout(t);
+    }
+    let response = request.send().await.map_err(unavailable)?;
+    let status = response.status();
+    let bytes = response.bytes().await.map_err(unavailable)?;
+    let protocol = |detail: String| Error::EtcdProtocol { operation, detail };
+    if status.is_success() {
+        return serde_json::from_slice(&bytes).map_err(|e| protocol(format!("{e}")));
+    }
+    let body: ErrorBody = serde_json::from_slice(&bytes).map_err(|_| {
+        protocol(format!(
+            "HTTP {status}: {}",
+            String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+        ))
+    })?;
+    let message = body.message.or(body.error).unwrap_or_default();
+    Err(Error::EtcdRefused {
+        operation,
+        refusal: Refusal::from_message(&message),
+        message,
+    })
+}
+
 impl EtcdMembers {
     pub fn new(timeout: Duration, tls: Option<&TlsFiles>) -> Result<Self, Error> {
         let mut builder = reqwest::Client::builder()
@@ -145,38 +187,7 @@ impl EtcdMembers {
         body: Value,
         timeout: Option<Duration>,
     ) -> Result<T, Error> {
-        let unavailable = |e: reqwest::Error| Error::EtcdUnavailable {
-            operation,
-            endpoint: endpoint.to_string(),
-            source: Box::new(e),
-        };
-        let mut request = self
-            .client
-            .post(format!("{}{path}", endpoint.trim_end_matches('/')))
-            .json(&body);
-        if let Some(t) = timeout {
-            request = request.timeout(t);
-        }
-        let response = request.send().await.map_err(unavailable)?;
-        let status = response.status();
-        let bytes = response.bytes().await.map_err(unavailable)?;
-        let protocol = |detail: String| Error::EtcdProtocol { operation, detail };
-        if status.is_success() {
-            return serde_json::from_slice(&bytes).map_err(|e| protocol(format!("{e}")));
-        }
-        // Match on etcd's message, not the HTTP status: builds map the same error differently.
-        let body: ErrorBody = serde_json::from_slice(&bytes).map_err(|_| {
-            protocol(format!(
-                "HTTP {status}: {}",
-                String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
-            ))
-        })?;
-        let message = body.message.or(body.error).unwrap_or_default();
-        Err(Error::EtcdRefused {
-            operation,
-            refusal: Refusal::from_message(&message),
-            message,
-        })
+        call(&self.client, operation, endpoint, path, body, timeout).await
     }
 
     /// A membership call whose answer carries nothing we need.
@@ -215,50 +226,46 @@ impl EtcdMembers {
             });
         }
         let members: Vec<Member> = list.members.into_iter().map(Member::from).collect();
+        // One status call per started member: it says whether the member answers, and the
+        // answering member's own status names the leader.
         let mut probes = JoinSet::new();
         for m in members.iter().filter(|m| m.is_started()) {
             let (id, urls) = (m.id, m.client_urls.clone());
             let client = self.client.clone();
             probes.spawn(async move {
                 for url in urls {
-                    let ok = client
-                        .post(format!("{url}/v3/maintenance/status"))
-                        .json(&json!({}))
-                        .timeout(HEALTH_TIMEOUT)
-                        .send()
-                        .await
-                        .is_ok_and(|r| r.status().is_success());
-                    if ok {
-                        return Some(id);
+                    let path = "/v3/maintenance/status";
+                    let body = json!({});
+                    let status = call::<StatusResponse>(
+                        &client,
+                        "status",
+                        &url,
+                        path,
+                        body,
+                        Some(HEALTH_TIMEOUT),
+                    );
+                    if let Ok(s) = status.await {
+                        return Some((id, s));
                     }
                 }
                 None
             });
         }
-        let status: Result<StatusResponse, Error> = self
-            .call(
-                "status",
-                endpoint,
-                "/v3/maintenance/status",
-                json!({}),
-                Some(HEALTH_TIMEOUT * 2),
-            )
-            .await;
         let mut healthy = std::collections::BTreeSet::new();
+        let mut leader = None;
         while let Some(probe) = probes.join_next().await {
-            if let Ok(Some(id)) = probe {
+            if let Ok(Some((id, status))) = probe {
                 healthy.insert(id);
+                if id.0 == list.header.member_id || leader.is_none() {
+                    leader = Some(status.leader);
+                }
             }
         }
         Ok(ClusterView {
             cluster_id: list.header.cluster_id,
             members,
             // No `leader` in the answer means there is none.
-            leader: status
-                .ok()
-                .map(|s| s.leader)
-                .filter(|&l| l != 0)
-                .map(MemberId),
+            leader: leader.filter(|&l| l != 0).map(MemberId),
             healthy,
             endpoint: endpoint.to_string(),
         })
