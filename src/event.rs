@@ -86,14 +86,13 @@ pub fn parse_bytes(bytes: &[u8], expected: &Expected<'_>) -> Result<Trigger, Rej
 }
 
 pub fn parse(payload: &Value, expected: &Expected<'_>) -> Result<Trigger, Rejection> {
-    let envelope: EventBridgeEvent<Value> =
-        serde_json::from_value(payload.clone()).map_err(|e| {
-            reject(
-                "event",
-                &payload.to_string(),
-                format!("is not an EventBridge event: {e}"),
-            )
-        })?;
+    let envelope = EventBridgeEvent::<Value>::deserialize(payload).map_err(|e| {
+        reject(
+            "event",
+            &payload.to_string(),
+            format!("is not an EventBridge event: {e}"),
+        )
+    })?;
     match (envelope.source.as_str(), envelope.detail_type.as_str()) {
         ("aws.events", "Scheduled Event") => Ok(Trigger::Schedule),
         ("aws.autoscaling", dt @ (LAUNCH_DETAIL | TERMINATE_DETAIL)) => {
@@ -122,9 +121,10 @@ fn lifecycle(
     transition: Transition,
     expected: &Expected<'_>,
 ) -> Result<Trigger, Rejection> {
-    let text = detail.to_string();
-    let d: LifecycleDetail = serde_json::from_value(detail)
-        .map_err(|e| reject("detail", &text, format!("is not a lifecycle detail: {e}")))?;
+    let d = LifecycleDetail::deserialize(&detail).map_err(|e| {
+        let text = detail.to_string();
+        reject("detail", &text, format!("is not a lifecycle detail: {e}"))
+    })?;
     let fields = [
         ("LifecycleActionToken", &d.lifecycle_action_token),
         ("AutoScalingGroupName", &d.auto_scaling_group_name),
