@@ -73,23 +73,19 @@ def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _event(group, hook, transition, instance_id, token, origin, destination, detail_type):
-    detail = {
-        "LifecycleActionToken": token,
-        "AutoScalingGroupName": group.name,
-        "LifecycleHookName": hook.name,
-        "EC2InstanceId": instance_id,
-        "LifecycleTransition": transition,
-        "Origin": origin,
-        "Destination": destination,
-    }
-    if getattr(hook, "notification_metadata", None):
-        detail["NotificationMetadata"] = hook.notification_metadata
+DETAIL_TYPES = {
+    LAUNCHING: "EC2 Instance-launch Lifecycle Action",
+    TERMINATING: "EC2 Instance-terminate Lifecycle Action",
+}
+
+
+def _emit(group, transition, detail):
+    """One EventBridge event of the group's, in the shape of events/."""
     EVENTS.append(
         {
             "version": "0",
             "id": str(uuid.uuid4()),
-            "detail-type": detail_type,
+            "detail-type": DETAIL_TYPES[transition],
             "source": "aws.autoscaling",
             "account": group.account_id,
             "time": _now(),
@@ -98,6 +94,20 @@ def _event(group, hook, transition, instance_id, token, origin, destination, det
             "detail": detail,
         }
     )
+
+
+def _event(group, hook, instance_id, token):
+    launching = hook.lifecycle_transition == LAUNCHING
+    origin, destination = ("EC2", "AutoScalingGroup") if launching else ("AutoScalingGroup", "EC2")
+    _emit(group, hook.lifecycle_transition, {
+        "LifecycleActionToken": token,
+        "AutoScalingGroupName": group.name,
+        "LifecycleHookName": hook.name,
+        "EC2InstanceId": instance_id,
+        "LifecycleTransition": hook.lifecycle_transition,
+        "Origin": origin,
+        "Destination": destination,
+    })
 
 
 def _hook(group, transition):
@@ -114,14 +124,8 @@ def _hold(group, state, transition):
         return False
     action = Action(group, state, hook)
     ACTIONS[(group.name, state.instance.id)] = action
-    if transition == LAUNCHING:
-        state.lifecycle_state = "Pending:Wait"
-        _event(group, hook, transition, state.instance.id, action.token, "EC2", "AutoScalingGroup",
-               "EC2 Instance-launch Lifecycle Action")
-    else:
-        state.lifecycle_state = "Terminating:Wait"
-        _event(group, hook, transition, state.instance.id, action.token, "AutoScalingGroup", "EC2",
-               "EC2 Instance-terminate Lifecycle Action")
+    state.lifecycle_state = "Pending:Wait" if transition == LAUNCHING else "Terminating:Wait"
+    _event(group, hook, state.instance.id, action.token)
     return True
 
 
@@ -205,29 +209,15 @@ def create_lifecycle_hook(self, name, as_name, transition, timeout, result):
     hook = _original_create_hook(self, name, as_name, transition, timeout, result)
     group = self.autoscaling_groups.get(as_name)
     if group is not None:
-        EVENTS.append(
-            {
-                "version": "0",
-                "id": str(uuid.uuid4()),
-                "detail-type": "EC2 Instance-launch Lifecycle Action"
-                if transition == LAUNCHING
-                else "EC2 Instance-terminate Lifecycle Action",
-                "source": "aws.autoscaling",
-                "account": group.account_id,
-                "time": _now(),
-                "region": group.region,
-                "resources": [group.arn],
-                "detail": {
-                    "AccountId": group.account_id,
-                    "AutoScalingGroupName": as_name,
-                    "Event": "autoscaling:TEST_NOTIFICATION",
-                    "LifecycleTransition": "autoscaling:TEST_NOTIFICATION",
-                    "RequestId": str(uuid.uuid4()),
-                    "Service": "AWS Auto Scaling",
-                    "Time": _now(),
-                },
-            }
-        )
+        _emit(group, transition, {
+            "AccountId": group.account_id,
+            "AutoScalingGroupName": as_name,
+            "Event": "autoscaling:TEST_NOTIFICATION",
+            "LifecycleTransition": "autoscaling:TEST_NOTIFICATION",
+            "RequestId": str(uuid.uuid4()),
+            "Service": "AWS Auto Scaling",
+            "Time": _now(),
+        })
     return hook
 
 

@@ -31,8 +31,6 @@ class Invocation:
     done: threading.Event = field(default_factory=threading.Event)
     outcome: str = "pending"  # ok | error | crashed | timeout
     body: object = None
-    started: float = 0.0
-    finished: float = 0.0
 
 
 class RuntimeApi:
@@ -74,7 +72,6 @@ class RuntimeApi:
                         api.pending.put(inv)
                         return
                     break
-                inv.started = time.monotonic()
                 api.current = inv
                 deadline_ms = int((time.time() + inv.timeout) * 1000)
                 body = inv.event if isinstance(inv.event, bytes) else json.dumps(inv.event).encode()
@@ -105,7 +102,6 @@ class RuntimeApi:
                             inv.body = json.loads(body or b"null")
                         except ValueError:
                             inv.body = body.decode(errors="replace")
-                        inv.finished = time.monotonic()
                         api.current = None
                         inv.done.set()
                         return self._reply(202)
@@ -191,7 +187,6 @@ class Function:
                     self.crashes += 1
                     for key in self.once:
                         self.env.pop(key, None)
-                    inv.finished = time.monotonic()
                     self.api.current = None
                     while not self.api.pending.empty():
                         self.api.pending.get_nowait()

@@ -78,7 +78,6 @@ class Delivery(threading.Thread):
         self.seq = itertools.count()
         self.stop_flag = threading.Event()
         self.drop_next_launches = 0  # events for the next N launches are lost
-        self.delivered = 0
         self.dropped = 0
         self.failed = 0
         self.lock = threading.Lock()
@@ -88,10 +87,8 @@ class Delivery(threading.Thread):
             heapq.heappush(self.queue, _Pending(time.monotonic() + delay, next(self.seq), event, attempt))
 
     def _intake(self):
-        for e in self.sim.drain("events"):
-            self.sim.events_seen.append(e)
-        batch = self.sim.events_seen[self._taken:]
-        self._taken = len(self.sim.events_seen)
+        batch = self.sim.drain("events")
+        self.sim.events_seen.extend(batch)
         if self.chaos.reverse:
             batch = list(reversed(batch))
         for e in batch:
@@ -108,7 +105,6 @@ class Delivery(threading.Thread):
                 self.push(e, self.rng.uniform(*self.chaos.delay))
 
     def run(self):
-        self._taken = 0
         next_schedule = time.monotonic() + self.schedule_every
         while not self.stop_flag.is_set():
             self._intake()
@@ -124,7 +120,6 @@ class Delivery(threading.Thread):
                 time.sleep(0.05)
                 continue
             inv = self.sim.function.invoke(item.event, timeout=self.sim.invoke_timeout)
-            self.delivered += 1
             if inv.outcome != "ok":
                 self.failed += 1
                 if item.attempt < 2:  # Lambda async: two more tries (after 1 and 2 minutes; scaled)
@@ -232,6 +227,7 @@ class Simulation:
         self.cluster_id: int | None = None
         # The next N instances get an address but never run their boot script (a broken AMI).
         self.dead_on_arrival = 0
+        self.never_booted: list[str] = []
         self.lock = threading.RLock()
         self.stop_flag = threading.Event()
         self.moto = None
@@ -383,6 +379,7 @@ class Simulation:
         os.makedirs(data_dir, exist_ok=True)
         if self.dead_on_arrival > 0:
             self.dead_on_arrival -= 1
+            self.never_booted.append(iid)
             with self.lock:
                 self.instances[iid] = SimInstance(iid, address, data_dir, None)
             return
@@ -435,20 +432,23 @@ class Simulation:
                 continue
         return None
 
-    def leader(self) -> str | None:
-        """The instance id of the current leader."""
-        listed = self.member_list()
-        if not listed:
-            return None
-        by_id = {int(m["ID"]): m.get("name", "") for m in listed[1]}
+    def leader_id(self) -> int | None:
+        """The leader's member id, as the first running member that knows one sees it."""
         for url in self.running_client_urls():
             try:
                 lead = int(etcd.status(url).get("leader", 0))
-                if lead in by_id:
-                    return by_id[lead]
             except etcd.EtcdError:
                 continue
+            if lead:
+                return lead
         return None
+
+    def leader(self) -> str | None:
+        """The instance id of the current leader."""
+        listed = self.member_list()
+        lead = self.leader_id()
+        names = {int(m["ID"]): m.get("name", "") for m in listed[1]} if listed else {}
+        return names.get(lead) or None
 
     def problems(self, desired: int | None = None) -> list[str]:
         found = []
@@ -507,14 +507,8 @@ class Simulation:
             for m in listed[1]:
                 for u in m.get("peerURLs", []):
                     members[u] = m
-        lead = None
+        lead = self.leader_id()
         rows = []
-        for url in self.running_client_urls():
-            try:
-                lead = int(etcd.status(url).get("leader", 0)) or lead
-                break
-            except etcd.EtcdError:
-                continue
         for i in sorted(self.group_instances(), key=lambda i: i["InstanceId"]):
             iid = i["InstanceId"]
             addr = self.instances[iid].address if iid in self.instances else "-"
