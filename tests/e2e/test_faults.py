@@ -3,6 +3,8 @@ terminations at once, a hung member, another group's events."""
 
 import time
 
+import pytest
+
 from sim.world import Chaos
 from conftest import invocation_outcomes
 from sim import etcd
@@ -95,8 +97,6 @@ def test_another_groups_events_are_ignored(simulation):
 
 
 def test_a_function_with_a_bad_setting_fails_at_start_naming_it(simulation):
-    import pytest
-
     with pytest.raises(RuntimeError) as failed:
         simulation(function_env={"ETCD_PEER_PORT": "70000"})
     assert "ETCD_PEER_PORT" in str(failed.value) and "70000" in str(failed.value)

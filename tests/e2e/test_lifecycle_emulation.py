@@ -78,5 +78,6 @@ def test_an_instance_that_never_boots_is_removed_abandoned_and_replaced(simulati
     steps = [s for b in bodies for s in b.get("steps", [])]
     assert any(s.startswith("remove-member") for s in steps), steps
     assert any(s.startswith("complete-lifecycle-action") and "ABANDON" in s for s in steps), steps
-    never_booted = [iid for iid, inst in sim.instances.items() if inst.proc is None]
-    assert never_booted and never_booted[0] not in {i["InstanceId"] for i in sim.group_instances()}
+    (dead,) = sim.never_booted
+    assert dead not in {i["InstanceId"] for i in sim.group_instances()}, "it was replaced"
+    assert any(s.startswith(f"complete-lifecycle-action {dead}") and "ABANDON" in s for s in steps), steps
