@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::model::{InitialState, MemberConfig};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Scheme {
@@ -46,6 +47,25 @@ impl Topology {
             host(address),
             self.client_port
         )
+    }
+
+    /// What the instance `name` at `address` starts etcd with.
+    pub fn member_config(
+        &self,
+        name: &str,
+        address: &str,
+        initial_cluster: Vec<(String, String)>,
+        state: InitialState,
+        token: String,
+    ) -> MemberConfig {
+        MemberConfig {
+            name: name.to_string(),
+            initial_cluster,
+            state,
+            token,
+            peer_url: self.peer_url(address),
+            client_url: self.client_url(address),
+        }
     }
 }
 

@@ -203,14 +203,10 @@ fn without_cluster(obs: &Observation, settings: &Settings, detail: &str) -> Step
     match seed.and_then(|i| i.address.as_deref().map(|a| (i, a))) {
         Some((seed, address)) => {
             let t = &settings.topology;
-            let config = MemberConfig {
-                name: seed.id.clone(),
-                initial_cluster: vec![(seed.id.clone(), t.peer_url(address))],
-                state: InitialState::New,
-                token: record.token.clone(),
-                peer_url: t.peer_url(address),
-                client_url: t.client_url(address),
-            };
+            let initial_cluster = vec![(seed.id.clone(), t.peer_url(address))];
+            let token = record.token.clone();
+            let config =
+                t.member_config(&seed.id, address, initial_cluster, InitialState::New, token);
             match obs.published.members.get(&seed.id) {
                 Some(p) if p.config == config => Step::Wait(Wait::SeedStarting {
                     instance: seed.id.clone(),
@@ -399,14 +395,13 @@ impl<'a> Planner<'a> {
             .cluster
             .as_ref()
             .map_or_else(|| self.settings.cluster_name.clone(), |r| r.token.clone());
-        Some(MemberConfig {
-            name: instance.id.clone(),
+        Some(t.member_config(
+            &instance.id,
+            address,
             initial_cluster,
-            state: InitialState::Existing,
+            InitialState::Existing,
             token,
-            peer_url: t.peer_url(address),
-            client_url: t.client_url(address),
-        })
+        ))
     }
 
     fn orphans(&self) -> Option<Step> {
