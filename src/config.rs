@@ -101,6 +101,9 @@ pub struct Settings {
     /// How long a learner may stay unstarted after its config was published before it is removed
     /// and its launch abandoned.
     pub learner_start_timeout_secs: i64,
+    /// How long a voter's etcd may be down while its instance is in service before the function
+    /// has the group replace the instance.
+    pub unhealthy_replace_secs: i64,
 }
 
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -142,6 +145,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("ETCD_KEY_FILE", "unset"),
     ("ETCD_REQUEST_TIMEOUT_MS", "3000"),
     ("LEARNER_START_TIMEOUT_SECS", "900"),
+    ("UNHEALTHY_REPLACE_SECS", "300"),
     ("WAIT_BUDGET_SECS", "120"),
     ("POLL_INTERVAL_MS", "2000"),
     ("DEADLINE_MARGIN_MS", "5000"),
@@ -243,6 +247,8 @@ impl Config {
                     10,
                     86_400,
                 )? as i64,
+                unhealthy_replace_secs: number(&get, "UNHEALTHY_REPLACE_SECS", 300, 10, 86_400)?
+                    as i64,
             },
             etcd_timeout: Duration::from_millis(number(
                 &get,

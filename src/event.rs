@@ -20,6 +20,8 @@ pub enum Trigger {
         transition: Transition,
         instance: String,
         token: String,
+        /// Into a warm pool from EC2, or out of one to die: the instance never joins the cluster.
+        warm_pool: bool,
     },
     TestNotification,
     Schedule,
@@ -56,6 +58,8 @@ struct LifecycleDetail {
     ec2_instance_id: Option<String>,
     lifecycle_transition: Option<String>,
     event: Option<String>,
+    origin: Option<String>,
+    destination: Option<String>,
 }
 
 fn reject(field: &'static str, value: &str, reason: impl Into<String>) -> Rejection {
@@ -132,6 +136,8 @@ fn lifecycle(
         ("EC2InstanceId", &d.ec2_instance_id),
         ("LifecycleTransition", &d.lifecycle_transition),
         ("Event", &d.event),
+        ("Origin", &d.origin),
+        ("Destination", &d.destination),
     ];
     for (name, value) in fields {
         if let Some(v) = value {
@@ -197,10 +203,19 @@ fn lifecycle(
             "is not a lifecycle action token (1-64 letters, digits, '-')",
         ));
     }
+    // A launch bound for the warm pool, or a termination out of it: not a member's arrival or
+    // departure. (Leaving the group *for* the pool is a departure: its etcd stops.)
+    let warm_pool = match transition {
+        Transition::Launch => {
+            d.destination.as_deref() == Some("WarmPool") && d.origin.as_deref() != Some("WarmPool")
+        }
+        Transition::Terminate => d.origin.as_deref() == Some("WarmPool"),
+    };
     Ok(Trigger::Lifecycle {
         transition,
         instance,
         token,
+        warm_pool,
     })
 }
 

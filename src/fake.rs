@@ -3,7 +3,7 @@
 //! remove) and its lifecycle hooks answer "not pending" on a second completion. Every mutating
 //! call is recorded.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Refusal};
@@ -23,6 +23,17 @@ pub struct World {
     pub clusters_formed: u32,
     /// Every etcd process unreachable (a network partition from the function's point of view).
     pub etcd_down: bool,
+    /// Instances whose etcd is dead (or never starts) while the instance itself runs on.
+    pub dead: BTreeSet<String>,
+    /// The group's hook names, when a test wants them other than the configured two.
+    pub hooks: Option<Vec<String>>,
+    /// Fences of replaced cluster records (see `PublishedConfig::replace_cluster`).
+    pub fences: BTreeMap<String, ClusterRecord>,
+    pub down_since: BTreeMap<String, Timestamp>,
+    /// etcd refuses every membership change with this, as a real one does for a while.
+    pub refuse: Option<Refusal>,
+    /// Completions succeed but the group keeps showing the action (eventual consistency).
+    pub stale_completions: bool,
 }
 
 #[derive(Clone, Default)]
@@ -55,8 +66,23 @@ impl Fake {
             state: LifecycleState::PendingWait,
             address: Some(format!("10.0.0.{n}")),
             launched_at,
+            healthy: true,
         });
         id
+    }
+
+    /// What the group does with an instance marked Unhealthy: terminate it through the hook and
+    /// launch a replacement (`n` names it).
+    pub fn replace_unhealthy(&self, n: u8) -> Option<String> {
+        let sick = self
+            .world()
+            .instances
+            .iter()
+            .find(|i| !i.healthy && i.state == LifecycleState::InService)
+            .map(|i| i.id.clone())?;
+        self.start_terminating(&sick);
+        self.launch(n);
+        Some(sick)
     }
 
     pub fn start_terminating(&self, id: &str) {
@@ -69,7 +95,11 @@ impl Fake {
     pub fn boot(&self) {
         let mut w = self.world();
         let w = &mut *w;
-        for inst in w.instances.iter().filter(|i| i.state.wants_membership()) {
+        for inst in w
+            .instances
+            .iter()
+            .filter(|i| i.state.wants_membership() && !w.dead.contains(&i.id))
+        {
             let Some(p) = w.configs.get(&inst.id) else {
                 continue;
             };
@@ -111,9 +141,30 @@ impl Fake {
     }
 }
 
+impl World {
+    /// A started member whose instance runs and whose etcd is alive.
+    fn live(&self, m: &Member) -> bool {
+        m.is_started()
+            && !self.etcd_down
+            && self
+                .instances
+                .iter()
+                .any(|i| i.id == m.name && i.state.is_present() && !self.dead.contains(&i.id))
+    }
+}
+
 impl Group for Fake {
     async fn instances(&self) -> Result<Vec<Instance>, Error> {
         Ok(self.world().instances.clone())
+    }
+
+    async fn set_unhealthy(&self, instance: &str) -> Result<(), Error> {
+        let mut w = self.world();
+        w.calls.push(format!("set-unhealthy {instance}"));
+        if let Some(i) = w.instances.iter_mut().find(|i| i.id == instance) {
+            i.healthy = false;
+        }
+        Ok(())
     }
 }
 
@@ -132,6 +183,9 @@ impl Lifecycle for Fake {
         let Some(pos) = w.instances.iter().position(|i| i.id == instance) else {
             return Ok(Completion::NotPending);
         };
+        if w.stale_completions {
+            return Ok(Completion::NotPending);
+        }
         match (transition, &w.instances[pos].state, result) {
             (Transition::Launch, LifecycleState::PendingWait, ActionResult::Continue) => {
                 w.instances[pos].state = LifecycleState::InService;
@@ -151,6 +205,14 @@ impl Lifecycle for Fake {
             .push(format!("heartbeat {transition} {instance}"));
         Ok(Completion::Done)
     }
+
+    async fn hook_names(&self) -> Result<Vec<String>, Error> {
+        Ok(self
+            .world()
+            .hooks
+            .clone()
+            .unwrap_or_else(|| vec!["etcd-launch".into(), "etcd-terminate".into()]))
+    }
 }
 
 impl PublishedConfig for Fake {
@@ -159,6 +221,7 @@ impl PublishedConfig for Fake {
         Ok(PublishedState {
             cluster: w.record.clone(),
             members: w.configs.clone(),
+            down_since: w.down_since.clone(),
         })
     }
 
@@ -170,6 +233,45 @@ impl PublishedConfig for Fake {
         }
         w.record = Some(record.clone());
         Ok(Created::Created)
+    }
+
+    async fn replace_cluster(
+        &self,
+        old: &ClusterRecord,
+        new: &ClusterRecord,
+    ) -> Result<Created, Error> {
+        let mut w = self.world();
+        w.calls.push(format!("reseed {} -> {}", old.seed, new.seed));
+        let fence = format!("{}-{}", old.seed, old.created_at);
+        if w.fences.contains_key(&fence) {
+            return Ok(Created::AlreadyExists);
+        }
+        w.fences.insert(fence, new.clone());
+        if w.record.as_ref() == Some(old) {
+            w.record = Some(new.clone());
+        }
+        Ok(Created::Created)
+    }
+
+    async fn update_cluster(&self, record: &ClusterRecord) -> Result<(), Error> {
+        let mut w = self.world();
+        w.calls.push(format!("update-cluster {:?}", record.state));
+        w.record = Some(record.clone());
+        Ok(())
+    }
+
+    async fn note_down(&self, instance: &str, since: Timestamp) -> Result<(), Error> {
+        let mut w = self.world();
+        w.calls.push(format!("note-down {instance}"));
+        w.down_since.insert(instance.to_string(), since);
+        Ok(())
+    }
+
+    async fn forget_down(&self, instance: &str) -> Result<(), Error> {
+        let mut w = self.world();
+        w.calls.push(format!("forget-down {instance}"));
+        w.down_since.remove(instance);
+        Ok(())
     }
 
     async fn publish(&self, instance: &str, config: &MemberConfig) -> Result<(), Error> {
@@ -195,41 +297,51 @@ impl PublishedConfig for Fake {
 }
 
 impl Members for Fake {
-    async fn observe(&self, endpoints: &[String]) -> ClusterState {
+    async fn observe(&self, endpoints: &[String], cluster: Option<u64>) -> ClusterState {
         let w = self.world();
-        let live = |m: &Member| {
-            m.is_started()
-                && w.instances
-                    .iter()
-                    .any(|i| i.id == m.name && i.state.is_present())
-        };
+        let cluster_id = u64::from(w.clusters_formed);
         let answering = w
             .members
             .iter()
-            .filter(|_| !w.etcd_down)
-            .filter(|m| !m.is_learner && live(m))
+            .filter(|m| !m.is_learner && w.live(m))
+            .filter(|_| cluster.is_none_or(|c| c == cluster_id))
             .find_map(|m| m.client_urls.iter().find(|u| endpoints.contains(u)));
+        // A quorum of voters alive, or there is no leader and nobody is believed.
+        let voters = w.members.iter().filter(|m| !m.is_learner).count();
+        let live_voters = w
+            .members
+            .iter()
+            .filter(|m| !m.is_learner && w.live(m))
+            .count();
         match answering {
-            None => ClusterState::Unreachable {
-                detail: "no endpoint answered".into(),
-            },
-            Some(endpoint) => ClusterState::Known(ClusterView {
-                cluster_id: 1,
+            Some(endpoint) if live_voters > voters / 2 => ClusterState::Known(ClusterView {
+                cluster_id,
                 members: w.members.clone(),
                 leader: w
                     .members
                     .iter()
-                    .find(|m| !m.is_learner && live(m))
+                    .find(|m| !m.is_learner && w.live(m))
                     .map(|m| m.id),
-                healthy: w.members.iter().filter(|m| live(m)).map(|m| m.id).collect(),
+                healthy: w
+                    .members
+                    .iter()
+                    .filter(|m| w.live(m))
+                    .map(|m| m.id)
+                    .collect(),
                 endpoint: endpoint.clone(),
             }),
+            _ => ClusterState::Unreachable {
+                detail: "no endpoint answered".into(),
+            },
         }
     }
 
     async fn add_learner(&self, _endpoint: &str, peer_url: &str) -> Result<MemberId, Error> {
         let mut w = self.world();
         w.calls.push(format!("add-learner {peer_url}"));
+        if let Some(r) = w.refuse {
+            return Err(refused("add", r));
+        }
         if w.members.iter().any(|m| m.is_learner) {
             return Err(refused("add", Refusal::TooManyLearners));
         }
@@ -269,14 +381,34 @@ impl Members for Fake {
         Ok(())
     }
 
+    /// etcd's strict reconfiguration check: an active voter may go only when the other active
+    /// voters are a quorum of those that stay; a downed one when the started others are.
     async fn remove(&self, _endpoint: &str, id: MemberId) -> Result<(), Error> {
         let mut w = self.world();
         w.calls.push(format!("remove {id}"));
-        let before = w.members.len();
-        w.members.retain(|m| m.id != id);
-        if w.members.len() == before {
-            return Err(refused("remove", Refusal::MemberNotFound));
+        if let Some(r) = w.refuse {
+            return Err(refused("remove", r));
         }
+        let Some(m) = w.members.iter().find(|m| m.id == id).cloned() else {
+            return Err(refused("remove", Refusal::MemberNotFound));
+        };
+        if !m.is_learner {
+            let others: Vec<&Member> = w
+                .members
+                .iter()
+                .filter(|o| !o.is_learner && o.id != id)
+                .collect();
+            let quorum = others.len() / 2 + 1;
+            let started = others.iter().filter(|o| o.is_started()).count();
+            let active = others.iter().filter(|o| w.live(o)).count();
+            if started < quorum {
+                return Err(refused("remove", Refusal::NotEnoughStartedMembers));
+            }
+            if w.live(&m) && active < quorum {
+                return Err(refused("remove", Refusal::UnhealthyCluster));
+            }
+        }
+        w.members.retain(|m| m.id != id);
         Ok(())
     }
 

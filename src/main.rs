@@ -16,13 +16,18 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         Config::from_env().inspect_err(|e| tracing::error!(error = ?e, "bad configuration"))?;
     let aws = aws_config::load_from_env().await;
     let autoscaling = aws_sdk_autoscaling::Client::new(&aws);
+    let group = AutoScalingGroup {
+        autoscaling: autoscaling.clone(),
+        ec2: aws_sdk_ec2::Client::new(&aws),
+        group: config.group_name.clone(),
+        address: config.address_source.clone(),
+    };
+    let instance_arn_prefix = group
+        .instance_arn_prefix()
+        .await
+        .inspect_err(|e| tracing::error!(error = ?e, kind = %e.kind(), "cannot start"))?;
     let reconciler = Reconciler {
-        group: AutoScalingGroup {
-            autoscaling: autoscaling.clone(),
-            ec2: aws_sdk_ec2::Client::new(&aws),
-            group: config.group_name.clone(),
-            address: config.address_source.clone(),
-        },
+        group,
         lifecycle: LifecycleHooks {
             autoscaling,
             group: config.group_name.clone(),
@@ -32,11 +37,16 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         published: SsmParameters {
             ssm: aws_sdk_ssm::Client::new(&aws),
             prefix: config.parameter_prefix.clone(),
+            instance_arn_prefix,
         },
         members: EtcdMembers::new(config.etcd_timeout, config.tls.as_ref())?,
         config,
         clock: reconciler::system_clock(),
     };
+    reconciler
+        .check_hooks()
+        .await
+        .inspect_err(|e| tracing::error!(error = ?e, kind = %e.kind(), "cannot start"))?;
     let reconciler = &reconciler;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = instant_of(event.context.deadline);

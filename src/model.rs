@@ -115,6 +115,9 @@ pub struct Instance {
     /// The address etcd peers and clients reach it on; None until EC2 reports one.
     pub address: Option<String>,
     pub launched_at: Timestamp,
+    /// Auto Scaling's health status: false once marked `Unhealthy` (by EC2's checks, the load
+    /// balancer's, or this function), until the group replaces it.
+    pub healthy: bool,
 }
 
 /// One etcd member, as the members API lists it.
@@ -175,6 +178,46 @@ pub struct ClusterRecord {
     pub token: String,
     pub seed: String,
     pub created_at: Timestamp,
+    /// Whether the cluster has ever served. A record written before this field existed belongs
+    /// to a cluster that served: it is never re-seeded.
+    #[serde(default = "RecordState::legacy")]
+    pub state: RecordState,
+    /// The cluster id etcd derived at bootstrap, once it served: a member that answers with any
+    /// other id belongs to another cluster and is never believed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<u64>,
+}
+
+impl ClusterRecord {
+    /// A new record for a cluster the seed is about to bootstrap.
+    pub fn bootstrapping(token: String, seed: String, created_at: Timestamp) -> Self {
+        Self {
+            token,
+            seed,
+            created_at,
+            state: RecordState::Bootstrapping,
+            cluster_id: None,
+        }
+    }
+
+    pub fn has_served(&self) -> bool {
+        self.state == RecordState::Served
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecordState {
+    /// Written, the seed not yet seen as a started voter: may be replaced if the seed never serves.
+    Bootstrapping,
+    /// The seed served: this record is never replaced by a re-seed.
+    Served,
+}
+
+impl RecordState {
+    fn legacy() -> Self {
+        Self::Served
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -283,6 +326,8 @@ pub struct PublishedState {
     pub cluster: Option<ClusterRecord>,
     /// Keyed by instance id.
     pub members: BTreeMap<String, Published>,
+    /// When the function first saw each in-service instance's etcd not answering, by instance id.
+    pub down_since: BTreeMap<String, Timestamp>,
 }
 
 /// One complete look at the world; the planner decides from this alone.

@@ -1,25 +1,43 @@
 //! The decision: from one observation, the next safe step. Pure: no I/O, no clock.
 //!
 //! Rules, in the order they are tried (the first that has something to do wins; a rule that can
-//! only wait lets later rules act, and its wait is reported when nobody acts):
+//! only wait lets later rules act, and every wait is reported):
+//! 0. keep the cluster record true: note that the cluster served (with its id), and never believe
+//!    a cluster whose id differs from the record's;
 //! 1. bootstrap exactly once, when no member answers (create-only cluster record, then the seed);
-//! 2. remove a terminating instance's member while it is alive (moving leadership away first);
+//!    a seed that never serves is abandoned after the start timeout, and a record whose seed
+//!    never served and is gone is replaced (conditionally) with a new seed. A record that served
+//!    is never replaced;
+//! 2. remove members that must go (a terminating instance's, one whose instance left the group),
+//!    **unhealthy ones first**, each only while the healthy voters left keep a quorum (moving
+//!    leadership away first); a blocked removal holds its terminate hook. The last voter leaves
+//!    only after a replacement has joined and been promoted;
 //! 3. complete launch actions of started voters (CONTINUE), and of instances whose learner was
 //!    removed (ABANDON, so the group replaces them);
 //! 4. the one learner: publish its config, promote it once started, remove it if it never starts;
-//! 5. remove members whose instance left the group, if the remaining voters keep quorum;
-//! 6. join the next instance as a learner, only when no learner exists and every voter started;
-//! 7. delete published configs of instances that are gone.
+//! 5. join the next instance as a learner, only when no learner exists and every voter started;
+//!    never over a member of another instance that holds the same peer URL;
+//! 6. a voter whose etcd has been down `unhealthy_replace_secs` while its instance is in service
+//!    is replaced (the group's health is set to Unhealthy), one at a time, while the others keep a
+//!    quorum;
+//! 7. delete published configs and down-marks of instances that are gone or well again.
 
 use crate::config::Settings;
 use crate::model::{
     ActionResult, ClusterRecord, ClusterState, ClusterView, InitialState, Instance, LifecycleState,
-    Member, MemberConfig, MemberId, Observation, Transition,
+    Member, MemberConfig, MemberId, Observation, RecordState, Timestamp, Transition,
 };
 
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum Step {
     CreateCluster(ClusterRecord),
+    /// Replace `old`, whose seed never served, with `new`: only if `old` is still the record.
+    ReseedCluster {
+        old: ClusterRecord,
+        new: ClusterRecord,
+    },
+    /// Rewrite the record as having served, with the cluster's id.
+    MarkServed(ClusterRecord),
     Publish {
         instance: String,
         config: MemberConfig,
@@ -50,6 +68,21 @@ pub enum Step {
         transition: Transition,
         result: ActionResult,
     },
+    /// Remember when this in-service instance's etcd was first seen not answering.
+    NoteDown {
+        instance: String,
+        since: Timestamp,
+    },
+    /// Its etcd answers again, or it left: forget the mark.
+    ForgetDown {
+        instance: String,
+    },
+    /// Have the group replace an instance whose etcd has been down too long.
+    Replace {
+        instance: String,
+        member: MemberId,
+        down_secs: i64,
+    },
     Wait(Wait),
     Idle,
 }
@@ -74,19 +107,95 @@ pub enum Wait {
     ClusterUnreachable {
         detail: String,
     },
-    /// Removing this member would leave fewer healthy voters than a quorum.
+    /// A record that never served, whose seed is gone, and no launching instance to seed anew.
+    NoSeed,
+    /// Removing this member now would leave fewer healthy voters than a quorum; `instance` is held
+    /// in its terminate hook meanwhile, `blocking` are the voters whose etcd is down.
     QuorumGuard {
         member: MemberId,
+        instance: Option<String>,
+        blocking: Vec<MemberId>,
     },
     VoterNotStarted {
         member: MemberId,
     },
+    /// The last voter's instance is held until `replacement` has joined and been promoted.
+    LastVoterHeld {
+        instance: String,
+        replacement: String,
+    },
+    /// A started member of another instance holds this instance's peer URL (a reused address):
+    /// it must be removed before this instance can join.
+    PeerUrlTaken {
+        instance: String,
+        member: MemberId,
+    },
+    /// A voter's etcd is down while its instance is in service; replaced once down long enough
+    /// and only while the other voters keep a quorum.
+    MemberDown {
+        instance: String,
+        member: MemberId,
+        down_secs: i64,
+    },
+    /// The observation still calls for a step this invocation has just applied (AWS is
+    /// eventually consistent: a completed action can show a while longer): a later invocation
+    /// sees it done.
+    NotYetVisible {
+        step: &'static str,
+        instance: Option<String>,
+    },
+    /// etcd refused a step with an answer that means "not yet" (a member down, the learner not in
+    /// sync, too few started members) for longer than this invocation could wait.
+    Refused {
+        step: &'static str,
+        instance: Option<String>,
+        refusal: String,
+    },
+}
+
+impl Wait {
+    /// Whether this wait usually ends within seconds (a process starting), so an invocation may
+    /// poll for it; others (a dead member, a replacement) take minutes and are left to the schedule.
+    pub fn is_short(&self) -> bool {
+        matches!(
+            self,
+            Self::SeedStarting { .. }
+                | Self::LearnerStarting { .. }
+                | Self::VoterNotStarted { .. }
+                | Self::LastVoterHeld { .. }
+        )
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::SeedStarting { .. } => "seed-starting",
+            Self::LearnerStarting { .. } => "learner-starting",
+            Self::ClusterUnreachable { .. } => "cluster-unreachable",
+            Self::NoSeed => "no-seed",
+            Self::QuorumGuard { .. } => "quorum-guard",
+            Self::VoterNotStarted { .. } => "voter-not-started",
+            Self::LastVoterHeld { .. } => "last-voter-held",
+            Self::PeerUrlTaken { .. } => "peer-url-taken",
+            Self::MemberDown { .. } => "member-down",
+            Self::NotYetVisible { .. } => "not-yet-visible",
+            Self::Refused { .. } => "refused-for-now",
+        }
+    }
+}
+
+/// The next step, and every wait a rule reported on the way: what `plan` would say and why.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Plan {
+    pub step: Step,
+    pub waits: Vec<Wait>,
 }
 
 impl Step {
     pub fn name(&self) -> &'static str {
         match self {
             Self::CreateCluster(_) => "create-cluster",
+            Self::ReseedCluster { .. } => "reseed-cluster",
+            Self::MarkServed(_) => "mark-served",
             Self::Publish { .. } => "publish-config",
             Self::AddLearner { .. } => "add-learner",
             Self::Promote { .. } => "promote",
@@ -94,6 +203,9 @@ impl Step {
             Self::RemoveMember { .. } => "remove-member",
             Self::Unpublish { .. } => "unpublish-config",
             Self::Complete { .. } => "complete-lifecycle-action",
+            Self::NoteDown { .. } => "note-down",
+            Self::ForgetDown { .. } => "forget-down",
+            Self::Replace { .. } => "replace-instance",
             Self::Wait(_) => "wait",
             Self::Idle => "idle",
         }
@@ -101,37 +213,81 @@ impl Step {
 
     pub fn instance(&self) -> Option<&str> {
         match self {
-            Self::CreateCluster(r) => Some(&r.seed),
+            Self::CreateCluster(r) | Self::MarkServed(r) => Some(&r.seed),
+            Self::ReseedCluster { new, .. } => Some(&new.seed),
             Self::Publish { instance, .. }
             | Self::AddLearner { instance, .. }
             | Self::Promote { instance, .. }
             | Self::Unpublish { instance }
-            | Self::Complete { instance, .. } => Some(instance),
+            | Self::Complete { instance, .. }
+            | Self::NoteDown { instance, .. }
+            | Self::ForgetDown { instance }
+            | Self::Replace { instance, .. } => Some(instance),
             Self::RemoveMember { instance, .. } => instance.as_deref(),
-            Self::Wait(Wait::SeedStarting { instance } | Wait::LearnerStarting { instance }) => {
-                Some(instance)
-            }
+            Self::Wait(w) => w.instance(),
             _ => None,
         }
     }
 
     pub fn member(&self) -> Option<MemberId> {
         match self {
-            Self::Promote { member, .. } | Self::RemoveMember { member, .. } => Some(*member),
+            Self::Promote { member, .. }
+            | Self::RemoveMember { member, .. }
+            | Self::Replace { member, .. } => Some(*member),
             Self::TransferLeadership { from, .. } => Some(*from),
-            Self::Wait(Wait::QuorumGuard { member } | Wait::VoterNotStarted { member }) => {
-                Some(*member)
-            }
+            Self::Wait(w) => w.member(),
             _ => None,
         }
     }
 }
 
+impl Wait {
+    pub fn instance(&self) -> Option<&str> {
+        match self {
+            Self::SeedStarting { instance }
+            | Self::LearnerStarting { instance }
+            | Self::LastVoterHeld { instance, .. }
+            | Self::PeerUrlTaken { instance, .. }
+            | Self::MemberDown { instance, .. } => Some(instance),
+            Self::QuorumGuard { instance, .. }
+            | Self::NotYetVisible { instance, .. }
+            | Self::Refused { instance, .. } => instance.as_deref(),
+            _ => None,
+        }
+    }
+
+    pub fn member(&self) -> Option<MemberId> {
+        match self {
+            Self::QuorumGuard { member, .. }
+            | Self::VoterNotStarted { member }
+            | Self::PeerUrlTaken { member, .. }
+            | Self::MemberDown { member, .. } => Some(*member),
+            _ => None,
+        }
+    }
+}
+
+/// The smallest number of voters that is a majority of `n`.
+pub fn quorum(n: usize) -> usize {
+    n / 2 + 1
+}
+
 pub fn plan(obs: &Observation, settings: &Settings) -> Step {
+    assess(obs, settings).step
+}
+
+/// The next step and every wait found on the way to it.
+pub fn assess(obs: &Observation, settings: &Settings) -> Plan {
     let view = match &obs.cluster {
         ClusterState::Unreachable { detail } => return without_cluster(obs, settings, detail),
         ClusterState::Known(view) => view,
     };
+    if let Some(step) = record_bookkeeping(obs, view) {
+        return match step {
+            Step::Wait(w) => waiting(w),
+            step => stepping(step),
+        };
+    }
     let p = Planner {
         obs,
         settings,
@@ -139,23 +295,58 @@ pub fn plan(obs: &Observation, settings: &Settings) -> Step {
     };
     // Every rule is a cheap pure function: evaluating all keeps the priority order plain.
     let candidates = [
-        p.terminations(),
+        p.removals(),
         p.launch_completions(),
         p.learner(),
-        p.orphans(),
         p.joins(),
-        p.stale_configs(),
+        p.replacements(),
+        p.cleanup(),
     ];
-    let mut waiting = None;
-    for step in candidates.into_iter().flatten() {
-        match step {
-            Step::Wait(_) => {
-                waiting.get_or_insert(step);
+    let mut waits = Vec::new();
+    for steps in candidates {
+        for step in steps {
+            match step {
+                Step::Wait(w) => waits.push(w),
+                step => return Plan { step, waits },
             }
-            step => return step,
         }
     }
-    waiting.unwrap_or(Step::Idle)
+    // A short wait (something starting) is what an invocation may poll for: report it first.
+    let step = waits
+        .iter()
+        .find(|w| w.is_short())
+        .or(waits.first())
+        .map_or(Step::Idle, |w| Step::Wait(w.clone()));
+    Plan { step, waits }
+}
+
+/// Rule 0: the record says whether the cluster served and which cluster it is.
+fn record_bookkeeping(obs: &Observation, view: &ClusterView) -> Option<Step> {
+    let record = obs.published.cluster.as_ref()?;
+    if let Some(id) = record.cluster_id.filter(|&id| id != view.cluster_id) {
+        // The members port already skips such endpoints; this is the planner's own guard.
+        return Some(Step::Wait(Wait::ClusterUnreachable {
+            detail: format!(
+                "the answering member belongs to cluster {:x}, the record's is {id:x}",
+                view.cluster_id
+            ),
+        }));
+    }
+    if record.has_served() && record.cluster_id.is_some() {
+        return None;
+    }
+    // Served: the seed is a started voter of the cluster that answers.
+    let seed_serves = view
+        .voters()
+        .any(|m| m.is_started() && m.name == record.seed);
+    if record.has_served() || seed_serves {
+        return Some(Step::MarkServed(ClusterRecord {
+            state: RecordState::Served,
+            cluster_id: Some(view.cluster_id),
+            ..record.clone()
+        }));
+    }
+    None
 }
 
 /// Instances held in a lifecycle hook, whose heartbeat keeps the hook from timing out while a
@@ -177,56 +368,137 @@ fn by_age(instances: &[Instance]) -> Vec<&Instance> {
     v
 }
 
-fn without_cluster(obs: &Observation, settings: &Settings, detail: &str) -> Step {
-    let Some(record) = &obs.published.cluster else {
-        // No record and nobody answering: a brand-new cluster. The seed is a pure function of
-        // the group, so every racing invocation picks the same one; the create-only write decides.
-        // Only a launching instance may seed: one in service may run etcd we cannot reach.
-        return by_age(&obs.instances)
-            .into_iter()
-            .find(|i| i.state.is_launching() && i.address.is_some())
-            .map(|seed| {
-                Step::CreateCluster(ClusterRecord {
-                    token: format!("{}-{}", settings.cluster_name, seed.id),
-                    seed: seed.id.clone(),
-                    created_at: obs.now,
-                })
-            })
-            .unwrap_or(Step::Idle);
+/// The oldest launching, healthy instance with an address: every racing invocation picks the same.
+fn seed_candidate<'a>(obs: &'a Observation, except: Option<&str>) -> Option<&'a Instance> {
+    by_age(&obs.instances).into_iter().find(|i| {
+        i.state.is_launching() && i.healthy && i.address.is_some() && Some(i.id.as_str()) != except
+    })
+}
+
+fn waiting(w: Wait) -> Plan {
+    Plan {
+        step: Step::Wait(w.clone()),
+        waits: vec![w],
+    }
+}
+
+fn stepping(step: Step) -> Plan {
+    Plan {
+        step,
+        waits: vec![],
+    }
+}
+
+fn without_cluster(obs: &Observation, settings: &Settings, detail: &str) -> Plan {
+    let unreachable = || {
+        waiting(Wait::ClusterUnreachable {
+            detail: detail.to_string(),
+        })
     };
+    let Some(record) = &obs.published.cluster else {
+        // No record and nobody answering: a brand-new cluster. The create-only write decides.
+        // Only a launching instance may seed: one in service may run etcd we cannot reach.
+        return seed_candidate(obs, None).map_or(stepping(Step::Idle), |seed| {
+            stepping(Step::CreateCluster(ClusterRecord::bootstrapping(
+                format!("{}-{}", settings.cluster_name, seed.id),
+                seed.id.clone(),
+                obs.now,
+            )))
+        });
+    };
+    if record.has_served() {
+        // Never bootstrap over a cluster that served: it is out of reach, not gone.
+        return unreachable();
+    }
     // Bootstrap is under way only while the seed is still held at launch: its action completes
-    // once it is a started voter, so a seed in service means the cluster existed and is now out
-    // of reach. Publishing a `new` config then could found a second cluster.
-    let seed = obs
-        .instance(&record.seed)
-        .filter(|i| i.state.is_launching());
-    match seed.and_then(|i| i.address.as_deref().map(|a| (i, a))) {
-        Some((seed, address)) => {
+    // once it is a started voter (and the record says served), so a seed in service with a
+    // record that never served is a cluster we cannot see. Publishing `new` could found a second.
+    if let Some(step) = release_terminations(obs) {
+        return stepping(step);
+    }
+    let seed = obs.instance(&record.seed);
+    if seed.is_some_and(|i| !i.state.is_launching() && i.state.wants_membership()) {
+        return unreachable();
+    }
+    match seed.filter(|i| i.state.is_launching() && i.healthy) {
+        Some(seed) => {
+            let Some(address) = seed.address.as_deref() else {
+                return waiting(Wait::SeedStarting {
+                    instance: seed.id.clone(),
+                });
+            };
             let t = &settings.topology;
             let initial_cluster = vec![(seed.id.clone(), t.peer_url(address))];
             let token = record.token.clone();
             let config =
                 t.member_config(&seed.id, address, initial_cluster, InitialState::New, token);
             match obs.published.members.get(&seed.id) {
-                Some(p) if p.config == config => Step::Wait(Wait::SeedStarting {
-                    instance: seed.id.clone(),
-                }),
-                _ => Step::Publish {
+                Some(p) if p.config == config => {
+                    if obs.now - p.published_at > settings.learner_start_timeout_secs {
+                        // A seed that never serves is abandoned like a learner; the record is
+                        // then re-seeded from another instance.
+                        stepping(Step::Complete {
+                            instance: seed.id.clone(),
+                            transition: Transition::Launch,
+                            result: ActionResult::Abandon,
+                        })
+                    } else {
+                        waiting(Wait::SeedStarting {
+                            instance: seed.id.clone(),
+                        })
+                    }
+                }
+                _ => stepping(Step::Publish {
                     instance: seed.id.clone(),
                     config,
-                },
+                }),
             }
         }
-        None => Step::Wait(Wait::ClusterUnreachable {
-            detail: detail.to_string(),
-        }),
+        // The seed never served and is gone (or leaving): choose another, conditionally.
+        None => match seed_candidate(obs, Some(&record.seed)) {
+            Some(next) => stepping(Step::ReseedCluster {
+                old: record.clone(),
+                new: ClusterRecord::bootstrapping(
+                    format!("{}-{}", settings.cluster_name, next.id),
+                    next.id.clone(),
+                    obs.now,
+                ),
+            }),
+            None => waiting(Wait::NoSeed),
+        },
     }
+}
+
+/// With no cluster that ever served, a leaving instance has no member to remove: let it go
+/// (unpublishing its config first).
+fn release_terminations(obs: &Observation) -> Option<Step> {
+    let leaving = by_age(&obs.instances)
+        .into_iter()
+        .find(|i| i.state == LifecycleState::TerminatingWait)?;
+    Some(if obs.published.members.contains_key(&leaving.id) {
+        Step::Unpublish {
+            instance: leaving.id.clone(),
+        }
+    } else {
+        Step::Complete {
+            instance: leaving.id.clone(),
+            transition: Transition::Terminate,
+            result: ActionResult::Continue,
+        }
+    })
 }
 
 struct Planner<'a> {
     obs: &'a Observation,
     settings: &'a Settings,
     view: &'a ClusterView,
+}
+
+/// A member that has to go, and why.
+struct Leaving<'a> {
+    member: &'a Member,
+    instance: Option<&'a Instance>,
+    reason: Removal,
 }
 
 impl<'a> Planner<'a> {
@@ -236,9 +508,15 @@ impl<'a> Planner<'a> {
             .map(|a| self.settings.topology.peer_url(a))
     }
 
+    /// A started member is its instance by name alone: an address can be reused by a new
+    /// instance after its old one died. Only a member that has not started yet (and so has no
+    /// name) is known by the peer URL it was added with.
     fn matches(&self, m: &Member, i: &Instance) -> bool {
-        (m.is_started() && m.name == i.id)
-            || self.peer_url(i).is_some_and(|u| m.peer_urls.contains(&u))
+        if m.is_started() {
+            m.name == i.id
+        } else {
+            self.peer_url(i).is_some_and(|u| m.peer_urls.contains(&u))
+        }
     }
 
     fn member_of(&self, i: &Instance) -> Option<&'a Member> {
@@ -249,53 +527,143 @@ impl<'a> Planner<'a> {
         self.obs.instances.iter().find(|i| self.matches(m, i))
     }
 
-    fn terminations(&self) -> Option<Step> {
-        let leaving = by_age(&self.obs.instances)
+    fn healthy(&self, m: &Member) -> bool {
+        self.view.healthy.contains(&m.id)
+    }
+
+    /// Voters other than `m` whose etcd answered.
+    fn healthy_voters_but(&self, m: MemberId) -> usize {
+        self.view
+            .voters()
+            .filter(|v| v.id != m && self.view.healthy.contains(&v.id))
+            .count()
+    }
+
+    /// etcd's own rule (`--strict-reconfig-check`): a voter may go when the voters that stay and
+    /// answer are a quorum of the voters that stay. A learner may always go.
+    fn removal_keeps_quorum(&self, m: &Member) -> bool {
+        if m.is_learner {
+            return true;
+        }
+        let staying = self.view.voters().count() - 1;
+        staying >= 1 && self.healthy_voters_but(m.id) >= quorum(staying)
+    }
+
+    fn down_voters(&self) -> Vec<MemberId> {
+        self.view
+            .voters()
+            .filter(|v| !self.healthy(v))
+            .map(|v| v.id)
+            .collect()
+    }
+
+    /// Rule 2: every member that must go, the unhealthy ones first (removing a dead member only
+    /// restores the quorum's margin), then leaving instances by age, then orphans.
+    fn removals(&self) -> Vec<Step> {
+        let mut out = Vec::new();
+        let mut leaving: Vec<Leaving> = Vec::new();
+        for i in by_age(&self.obs.instances)
             .into_iter()
-            .find(|i| i.state == LifecycleState::TerminatingWait)?;
-        if let Some(m) = self.member_of(leaving) {
-            let last_voter = !m.is_learner && self.view.voters().count() == 1;
-            if !last_voter {
-                // Only a leader that answers can hand over; a hung one loses leadership to an
-                // election anyway, and the removal goes to another member.
-                let healthy_leader = self.view.leader == Some(m.id)
-                    && !m.is_learner
-                    && self.view.healthy.contains(&m.id);
-                if healthy_leader {
-                    if let (Some(to), Some(endpoint)) =
-                        (self.transferee(m.id), m.client_urls.first())
-                    {
-                        return Some(Step::TransferLeadership {
-                            from: m.id,
-                            to,
-                            leader_endpoint: endpoint.clone(),
-                        });
+            .filter(|i| i.state == LifecycleState::TerminatingWait)
+        {
+            let Some(m) = self.member_of(i) else {
+                out.push(if self.obs.published.members.contains_key(&i.id) {
+                    Step::Unpublish {
+                        instance: i.id.clone(),
                     }
-                }
-                return Some(Step::RemoveMember {
-                    member: m.id,
-                    instance: Some(leaving.id.clone()),
-                    reason: Removal::Terminating,
+                } else {
+                    Step::Complete {
+                        instance: i.id.clone(),
+                        transition: Transition::Terminate,
+                        result: ActionResult::Continue,
+                    }
+                });
+                continue;
+            };
+            if !m.is_learner && self.view.voters().count() == 1 {
+                // The last voter: replace before remove. With a replacement on its way, hold the
+                // instance until it has joined and been promoted; with none (the group scaled
+                // to zero), the cluster ends with it.
+                let replacement = by_age(&self.obs.instances).into_iter().find(|r| {
+                    r.id != i.id && r.state.wants_membership() && r.healthy && r.address.is_some()
+                });
+                out.push(match replacement {
+                    Some(r) => Step::Wait(Wait::LastVoterHeld {
+                        instance: i.id.clone(),
+                        replacement: r.id.clone(),
+                    }),
+                    None if self.obs.published.members.contains_key(&i.id) => Step::Unpublish {
+                        instance: i.id.clone(),
+                    },
+                    None => Step::Complete {
+                        instance: i.id.clone(),
+                        transition: Transition::Terminate,
+                        result: ActionResult::Continue,
+                    },
+                });
+                continue;
+            }
+            leaving.push(Leaving {
+                member: m,
+                instance: Some(i),
+                reason: Removal::Terminating,
+            });
+        }
+        let mut voters: Vec<&Member> = self.view.voters().collect();
+        voters.sort_by_key(|m| m.id);
+        for m in voters {
+            let instance = self.instance_of(m);
+            if instance.is_none_or(|i| !i.state.is_present()) {
+                leaving.push(Leaving {
+                    member: m,
+                    instance,
+                    reason: Removal::InstanceGone,
                 });
             }
         }
-        if self.obs.published.members.contains_key(&leaving.id) {
-            return Some(Step::Unpublish {
-                instance: leaving.id.clone(),
+        // Stable: within the same health, the order above (leaving by age, then orphans by id).
+        leaving.sort_by_key(|l| self.healthy(l.member));
+        for l in &leaving {
+            if !self.removal_keeps_quorum(l.member) {
+                out.push(Step::Wait(Wait::QuorumGuard {
+                    member: l.member.id,
+                    instance: l
+                        .instance
+                        .filter(|i| i.state == LifecycleState::TerminatingWait)
+                        .map(|i| i.id.clone()),
+                    blocking: self.down_voters(),
+                }));
+                continue;
+            }
+            // Only a leader that answers can hand over; a hung one loses leadership to an
+            // election anyway, and the removal goes to another member.
+            let m = l.member;
+            if self.view.leader == Some(m.id) && !m.is_learner && self.healthy(m) {
+                if let (Some(to), Some(endpoint)) = (self.transferee(m.id), m.client_urls.first()) {
+                    out.push(Step::TransferLeadership {
+                        from: m.id,
+                        to,
+                        leader_endpoint: endpoint.clone(),
+                    });
+                    continue;
+                }
+            }
+            out.push(Step::RemoveMember {
+                member: m.id,
+                instance: l.instance.map(|i| i.id.clone()),
+                reason: l.reason,
             });
         }
-        Some(Step::Complete {
-            instance: leaving.id.clone(),
-            transition: Transition::Terminate,
-            result: ActionResult::Continue,
-        })
+        // Action steps before waits, in the order found.
+        out.sort_by_key(|s| matches!(s, Step::Wait(_)));
+        out
     }
 
     /// A started, healthy voter that is staying.
     fn transferee(&self, from: MemberId) -> Option<MemberId> {
         self.view
             .voters()
-            .filter(|v| v.id != from && v.is_started() && self.view.healthy.contains(&v.id))
+            .filter(|v| v.id != from && v.is_started() && self.healthy(v))
             .filter(|v| {
                 self.instance_of(v)
                     .is_some_and(|i| i.state != LifecycleState::TerminatingWait)
@@ -304,7 +672,7 @@ impl<'a> Planner<'a> {
             .min()
     }
 
-    fn launch_completions(&self) -> Option<Step> {
+    fn launch_completions(&self) -> Vec<Step> {
         by_age(&self.obs.instances)
             .into_iter()
             .filter(|i| i.state == LifecycleState::PendingWait)
@@ -322,9 +690,15 @@ impl<'a> Planner<'a> {
                     result,
                 })
             })
+            .into_iter()
+            .collect()
     }
 
-    fn learner(&self) -> Option<Step> {
+    fn learner(&self) -> Vec<Step> {
+        self.the_learner().into_iter().collect()
+    }
+
+    fn the_learner(&self) -> Option<Step> {
         let learner = self.view.learners().min_by_key(|m| m.id)?;
         let Some(instance) = self.instance_of(learner) else {
             return Some(Step::RemoveMember {
@@ -404,58 +778,127 @@ impl<'a> Planner<'a> {
         ))
     }
 
-    fn orphans(&self) -> Option<Step> {
-        let mut voters: Vec<&Member> = self.view.voters().collect();
-        voters.sort_by_key(|m| m.id);
-        let orphan = voters
-            .iter()
-            .find(|m| self.instance_of(m).is_none_or(|i| !i.state.is_present()))?;
-        let remaining = voters.len() - 1;
-        let healthy_remaining = voters
-            .iter()
-            .filter(|v| v.id != orphan.id && self.view.healthy.contains(&v.id))
-            .count();
-        if remaining >= 1 && healthy_remaining > remaining / 2 {
-            Some(Step::RemoveMember {
-                member: orphan.id,
-                instance: self.instance_of(orphan).map(|i| i.id.clone()),
-                reason: Removal::InstanceGone,
-            })
-        } else {
-            Some(Step::Wait(Wait::QuorumGuard { member: orphan.id }))
-        }
-    }
-
-    fn joins(&self) -> Option<Step> {
+    fn joins(&self) -> Vec<Step> {
         if self.view.learners().next().is_some() {
-            return None;
+            return vec![];
         }
         if let Some(v) = self.view.voters().find(|v| !v.is_started()) {
-            return Some(Step::Wait(Wait::VoterNotStarted { member: v.id }));
+            return vec![Step::Wait(Wait::VoterNotStarted { member: v.id })];
         }
-        by_age(&self.obs.instances)
-            .into_iter()
-            .filter(|i| i.state.wants_membership() && self.member_of(i).is_none())
-            // A published config without a member means it was removed: rule 3 abandons held
-            // instances; one already in service needs an operator, not a silent second join.
-            .filter(|i| !self.obs.published.members.contains_key(&i.id))
-            .find_map(|i| {
-                Some(Step::AddLearner {
+        let mut out = Vec::new();
+        for i in by_age(&self.obs.instances).into_iter().filter(|i| {
+            i.state.wants_membership()
+                && i.healthy
+                && self.member_of(i).is_none()
+                // A published config without a member means it was removed: rule 3 abandons
+                // held instances; one already in service needs an operator, not a second join.
+                && !self.obs.published.members.contains_key(&i.id)
+        }) {
+            let Some(peer_url) = self.peer_url(i) else {
+                continue;
+            };
+            if let Some(holder) = self
+                .view
+                .members
+                .iter()
+                .find(|m| m.peer_urls.contains(&peer_url))
+            {
+                out.push(Step::Wait(Wait::PeerUrlTaken {
                     instance: i.id.clone(),
-                    peer_url: self.peer_url(i)?,
-                })
-            })
+                    member: holder.id,
+                }));
+                continue;
+            }
+            out.push(Step::AddLearner {
+                instance: i.id.clone(),
+                peer_url,
+            });
+            break;
+        }
+        out.sort_by_key(|s| matches!(s, Step::Wait(_)));
+        out
     }
 
-    fn stale_configs(&self) -> Option<Step> {
-        self.obs
+    /// Rule 6: voters whose etcd is down while their instance is in service.
+    fn replacements(&self) -> Vec<Step> {
+        let mut out = Vec::new();
+        // A learner joining, or an instance the group is already replacing. (A held termination
+        // is not: the replacement of a dead member is what unblocks it.)
+        let change_under_way =
+            self.view.learners().next().is_some() || self.obs.instances.iter().any(|i| !i.healthy);
+        let mut voters: Vec<&Member> = self.view.voters().collect();
+        voters.sort_by_key(|m| m.id);
+        for m in voters
+            .into_iter()
+            .filter(|m| m.is_started() && !self.healthy(m))
+        {
+            let Some(i) = self
+                .instance_of(m)
+                .filter(|i| i.state == LifecycleState::InService && i.healthy)
+            else {
+                continue;
+            };
+            let Some(&since) = self.obs.published.down_since.get(&i.id) else {
+                out.push(Step::NoteDown {
+                    instance: i.id.clone(),
+                    since: self.obs.now,
+                });
+                continue;
+            };
+            let down_secs = self.obs.now - since;
+            // One at a time, and only when its terminate hook will be able to remove it.
+            if down_secs >= self.settings.unhealthy_replace_secs
+                && !change_under_way
+                && self.removal_keeps_quorum(m)
+                && !out.iter().any(|s| matches!(s, Step::Replace { .. }))
+            {
+                out.push(Step::Replace {
+                    instance: i.id.clone(),
+                    member: m.id,
+                    down_secs,
+                });
+            } else {
+                out.push(Step::Wait(Wait::MemberDown {
+                    instance: i.id.clone(),
+                    member: m.id,
+                    down_secs,
+                }));
+            }
+        }
+        out.sort_by_key(|s| matches!(s, Step::Wait(_)));
+        out
+    }
+
+    /// Rule 7: configs of instances that are gone; down-marks of instances that are gone or whose
+    /// etcd answers again.
+    fn cleanup(&self) -> Vec<Step> {
+        let gone = |id: &str| self.obs.instance(id).is_none_or(|i| !i.state.is_present());
+        let configs = self
+            .obs
             .published
             .members
             .keys()
-            .find(|id| self.obs.instance(id).is_none_or(|i| !i.state.is_present()))
+            .filter(|id| gone(id))
             .map(|id| Step::Unpublish {
                 instance: id.clone(),
+            });
+        let marks = self
+            .obs
+            .published
+            .down_since
+            .keys()
+            .filter(|id| {
+                gone(id)
+                    || self
+                        .obs
+                        .instance(id)
+                        .and_then(|i| self.member_of(i))
+                        .is_none_or(|m| self.healthy(m))
             })
+            .map(|id| Step::ForgetDown {
+                instance: id.clone(),
+            });
+        configs.chain(marks).take(1).collect()
     }
 }
 

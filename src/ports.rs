@@ -6,12 +6,14 @@ use std::future::Future;
 use crate::error::Error;
 use crate::model::{
     ActionResult, ClusterRecord, ClusterState, Instance, MemberConfig, MemberId, PublishedState,
-    Transition,
+    Timestamp, Transition,
 };
 
 /// The group's instances with their lifecycle states and addresses.
 pub trait Group: Send + Sync {
     fn instances(&self) -> impl Future<Output = Result<Vec<Instance>, Error>> + Send;
+    /// Mark the instance Unhealthy so the group replaces it (through the terminate hook).
+    fn set_unhealthy(&self, instance: &str) -> impl Future<Output = Result<(), Error>> + Send;
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -35,6 +37,9 @@ pub trait Lifecycle: Send + Sync {
         instance: &str,
         transition: Transition,
     ) -> impl Future<Output = Result<Completion, Error>> + Send;
+
+    /// The names of the hooks the group has.
+    fn hook_names(&self) -> impl Future<Output = Result<Vec<String>, Error>> + Send;
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -51,6 +56,26 @@ pub trait PublishedConfig: Send + Sync {
         &self,
         record: &ClusterRecord,
     ) -> impl Future<Output = Result<Created, Error>> + Send;
+    /// Replace `old` with `new` only if `old` is still the record and nobody replaced it before:
+    /// `AlreadyExists` when someone else did.
+    fn replace_cluster(
+        &self,
+        old: &ClusterRecord,
+        new: &ClusterRecord,
+    ) -> impl Future<Output = Result<Created, Error>> + Send;
+    /// Overwrite the record with the same cluster's newer facts (it served, its id).
+    fn update_cluster(
+        &self,
+        record: &ClusterRecord,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Remember when this instance's etcd was first seen down.
+    fn note_down(
+        &self,
+        instance: &str,
+        since: Timestamp,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Deleting what is already gone succeeds.
+    fn forget_down(&self, instance: &str) -> impl Future<Output = Result<(), Error>> + Send;
     fn publish(
         &self,
         instance: &str,
@@ -62,8 +87,13 @@ pub trait PublishedConfig: Send + Sync {
 
 /// The etcd members API.
 pub trait Members: Send + Sync {
-    /// Asks the endpoints in turn; never fails: nobody answering is itself an observation.
-    fn observe(&self, endpoints: &[String]) -> impl Future<Output = ClusterState> + Send;
+    /// Asks the endpoints in turn; never fails: nobody answering is itself an observation. Only a
+    /// voter that knows a leader is believed, and with `cluster` given, only a member of it.
+    fn observe(
+        &self,
+        endpoints: &[String],
+        cluster: Option<u64>,
+    ) -> impl Future<Output = ClusterState> + Send;
     fn add_learner(
         &self,
         endpoint: &str,

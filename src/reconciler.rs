@@ -13,7 +13,9 @@ use tracing::{info, warn};
 use crate::config::Config;
 use crate::error::{Error, Refusal};
 use crate::event::{self, Expected, Trigger};
-use crate::model::{ClusterState, ClusterView, MemberId, Observation, Timestamp};
+use crate::model::{
+    ActionResult, ClusterState, ClusterView, MemberId, Observation, Timestamp, Transition,
+};
 use crate::planner::{self, Step, Wait};
 use crate::ports::{Completion, Created, Group, Lifecycle, Members, PublishedConfig};
 
@@ -48,8 +50,20 @@ pub enum Response {
         steps: Vec<String>,
         /// Work left for a later invocation, if any.
         waiting: Option<String>,
+        /// Terminations held because removing their member now would cost quorum: an alarm keys
+        /// on this being non-empty.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        held_for_quorum: Vec<HeldTermination>,
         stats: Stats,
     },
+}
+
+/// A terminate hook held by the quorum guard, and the voters whose etcd is down.
+#[derive(Serialize, Clone, PartialEq, Eq, Debug)]
+pub struct HeldTermination {
+    pub instance: String,
+    pub member: String,
+    pub blocking: Vec<String>,
 }
 
 /// Where one invocation's time went, and how many calls it made through each port.
@@ -155,12 +169,75 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
             Ok(Trigger::Lifecycle {
                 transition,
                 instance,
+                warm_pool: true,
+                ..
+            }) => self.warm_pool(transition, &instance, deadline).await,
+            Ok(Trigger::Lifecycle {
+                transition,
+                instance,
                 ..
             }) => {
                 let trigger = format!("{transition} {instance}");
                 Box::pin(self.reconcile(trigger, Some(&instance), deadline)).await
             }
         }
+    }
+
+    /// Instances going into a warm pool, or dying out of one, never become members: let them
+    /// through. Only while the group does not list them: one it lists is reconciled as usual.
+    async fn warm_pool(
+        &self,
+        transition: Transition,
+        instance: &str,
+        deadline: Instant,
+    ) -> Result<Response, Error> {
+        let started = Instant::now();
+        let meter = Meter::default();
+        let instances = meter.aws(self.group.instances()).await?;
+        if instances.iter().any(|i| i.id == instance) {
+            let trigger = format!("{transition} {instance}");
+            return Box::pin(self.reconcile(trigger, Some(instance), deadline)).await;
+        }
+        let result = ActionResult::Continue;
+        let c = meter
+            .aws(self.lifecycle.complete(instance, transition, result))
+            .await?;
+        let outcome = match c {
+            Completion::Done => "completed",
+            Completion::NotPending => "already-completed",
+        };
+        info!(%instance, %transition, outcome, "warm-pool lifecycle action completed: not a member");
+        Ok(Response::Reconciled {
+            trigger: format!("{transition} {instance} (warm pool)"),
+            steps: vec![format!(
+                "complete-lifecycle-action {instance} CONTINUE: {outcome}"
+            )],
+            waiting: None,
+            held_for_quorum: vec![],
+            stats: meter.stats(started.elapsed()),
+        })
+    }
+
+    /// At cold start: both hooks must exist on the group, or no instance would ever be held for
+    /// us (and every event would be for nothing).
+    pub async fn check_hooks(&self) -> Result<(), Error> {
+        let names = self.lifecycle.hook_names().await?;
+        for (var, hook) in [
+            ("LAUNCH_HOOK_NAME", &self.config.launch_hook),
+            ("TERMINATE_HOOK_NAME", &self.config.terminate_hook),
+        ] {
+            if !names.contains(hook) {
+                return Err(Error::Config {
+                    var: var.into(),
+                    value: hook.clone(),
+                    reason: format!(
+                        "is not a lifecycle hook of group {:?} (it has {names:?})",
+                        self.config.group_name
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     async fn observe(&self, meter: &Meter) -> Result<Observation, Error> {
@@ -176,7 +253,8 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
             .iter()
             .filter_map(|i| i.address.as_deref().map(|a| topology.client_url(a)))
             .collect();
-        let cluster = meter.etcd(self.members.observe(&endpoints)).await;
+        let expected = published.cluster.as_ref().and_then(|r| r.cluster_id);
+        let cluster = meter.etcd(self.members.observe(&endpoints, expected)).await;
         Ok(Observation {
             instances,
             cluster,
@@ -197,11 +275,18 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
             .checked_sub(self.config.deadline_margin)
             .unwrap_or(started);
         // Waiting on slow steps and retrying failed ones both end here; applying steps goes on
-        // until `stop_at`.
-        let patience_until = stop_at.min(started + self.config.wait_budget);
+        // until `stop_at`. A scheduled run never waits: it holds the one concurrency slot that
+        // lifecycle events queue behind, and the next schedule looks again anyway.
+        let budget = if hint.is_none() {
+            Duration::ZERO
+        } else {
+            self.config.wait_budget
+        };
+        let patience_until = stop_at.min(started + budget);
         let mut steps = Vec::new();
         let mut failures = 0u32;
         let mut last_wait = None;
+        let mut last_applied: Option<Step> = None;
         loop {
             let obs = self.observe(&meter).await?;
             if let Some(id) = hint.filter(|_| steps.is_empty() && failures == 0) {
@@ -215,36 +300,47 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                     });
                 }
             }
-            let step = planner::plan(&obs, &self.config.settings);
-            let waiting = match &step {
-                Step::Idle => {
-                    let stats = meter.stats(started.elapsed());
-                    info!(%trigger, steps = steps.len(), ?stats, "converged");
-                    return Ok(Response::Reconciled {
-                        trigger,
-                        steps,
-                        waiting: None,
-                        stats,
-                    });
+            let plan = planner::assess(&obs, &self.config.settings);
+            let mut step = plan.step;
+            if last_applied.as_ref() == Some(&step) {
+                // Applied, yet still called for: what we observe has not caught up with it.
+                step = Step::Wait(Wait::NotYetVisible {
+                    step: step.name(),
+                    instance: step.instance().map(str::to_string),
+                });
+            }
+            let done = |waiting: Option<String>, meter: &Meter, steps: Vec<String>| {
+                let stats = meter.stats(started.elapsed());
+                let held_for_quorum = held_for_quorum(&plan.waits);
+                for h in &held_for_quorum {
+                    warn!(instance = %h.instance, member = %h.member, blocking = ?h.blocking,
+                        "terminate hook held: removing this member now would cost quorum; \
+                         the blocking members are down");
                 }
+                info!(%trigger, steps = steps.len(), ?stats, waiting, "invocation done");
+                Response::Reconciled {
+                    trigger: trigger.clone(),
+                    steps,
+                    waiting,
+                    held_for_quorum,
+                    stats,
+                }
+            };
+            let wait = match &step {
+                Step::Idle => return Ok(done(None, &meter, steps)),
                 Step::Wait(w) => Some(w.clone()),
                 _ => None,
             };
-            if let Some(wait) = waiting {
+            if let Some(wait) = wait {
                 if last_wait.as_ref() != Some(&wait) {
                     log_decision(&step, "waiting");
                     last_wait = Some(wait.clone());
                 }
-                if Instant::now() + self.config.poll_interval > patience_until {
+                let patient =
+                    wait.is_short() && Instant::now() + self.config.poll_interval <= patience_until;
+                if !patient {
                     self.heartbeat(&obs, &wait, &meter).await?;
-                    let stats = meter.stats(started.elapsed());
-                    info!(%trigger, steps = steps.len(), ?stats, ?wait, "leaving work for later");
-                    return Ok(Response::Reconciled {
-                        trigger,
-                        steps,
-                        waiting: Some(format!("{wait:?}")),
-                        stats,
-                    });
+                    return Ok(done(Some(describe_wait(&wait)), &meter, steps));
                 }
                 meter.sleep(self.config.poll_interval).await;
                 continue;
@@ -260,35 +356,43 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                         tracing::error!(step = step.name(), "failpoint: aborting");
                         std::process::abort();
                     }
+                    last_applied = Some(step);
                 }
                 Err(e) if e.is_retryable() => {
                     failures += 1;
+                    last_applied = None;
                     let pause = backoff(self.config.poll_interval, failures);
-                    if is_not_yet(&e) {
+                    let not_yet = is_not_yet(&e);
+                    if not_yet {
                         info!(step = step.name(), instance = step.instance(), refusal = ?e.refusal(), "etcd not ready for this step yet; observing again");
                     } else {
                         warn!(step = step.name(), instance = step.instance(), error = ?e, failures, "step failed; observing again");
                     }
                     if Instant::now() + pause > patience_until {
-                        return Err(e);
+                        if !not_yet {
+                            return Err(e);
+                        }
+                        // "Not yet" is a wait, not a failure: keep every held hook alive and
+                        // let the schedule look again.
+                        let wait = Wait::Refused {
+                            step: step.name(),
+                            instance: step.instance().map(str::to_string),
+                            refusal: format!("{:?}", e.refusal().unwrap_or(Refusal::Other)),
+                        };
+                        warn!(step = step.name(), instance = step.instance(), error = ?e, "etcd refuses this step for now; holding and waiting");
+                        self.heartbeat(&obs, &wait, &meter).await?;
+                        return Ok(done(Some(describe_wait(&wait)), &meter, steps));
                     }
                     meter.sleep(pause).await;
                 }
                 Err(e) => return Err(e),
             }
             if steps.len() >= MAX_STEPS || Instant::now() > stop_at {
-                let stats = meter.stats(started.elapsed());
                 warn!(
                     steps = steps.len(),
-                    ?stats,
                     "stopping with work left: step or time budget spent"
                 );
-                return Ok(Response::Reconciled {
-                    trigger,
-                    steps,
-                    waiting: Some("budget".into()),
-                    stats,
-                });
+                return Ok(done(Some("budget".into()), &meter, steps));
             }
         }
     }
@@ -324,20 +428,49 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                     Created::AlreadyExists => "lost-race",
                 })
             }
+            Step::ReseedCluster { old, new } => {
+                let r = meter.aws(published.replace_cluster(old, new)).await?;
+                Ok(match r {
+                    Created::Created => {
+                        warn!(old_seed = %old.seed, new_seed = %new.seed, old_token = %old.token,
+                            "the seed never served: cluster record replaced, bootstrapping anew");
+                        "reseeded"
+                    }
+                    Created::AlreadyExists => "lost-race",
+                })
+            }
+            Step::MarkServed(record) => {
+                meter.aws(published.update_cluster(record)).await?;
+                Ok("recorded")
+            }
+            Step::NoteDown { instance, since } => {
+                meter.aws(published.note_down(instance, *since)).await?;
+                Ok("noted")
+            }
+            Step::ForgetDown { instance } => {
+                meter.aws(published.forget_down(instance)).await?;
+                Ok("forgotten")
+            }
+            Step::Replace {
+                instance,
+                member,
+                down_secs,
+            } => {
+                warn!(%instance, %member, down_secs, "etcd down too long on an in-service instance: marking it Unhealthy so the group replaces it");
+                meter.aws(self.group.set_unhealthy(instance)).await?;
+                Ok("marked-unhealthy")
+            }
             Step::Publish { instance, config } => {
                 meter.aws(published.publish(instance, config)).await?;
                 Ok("published")
             }
+            // "Peer URLs already exist" is not success: the URL may be a dead member's whose
+            // address this instance reuses. The next observation tells which.
             Step::AddLearner { peer_url, .. } => {
-                let r = meter
+                meter
                     .etcd(members.add_learner(&endpoint(None)?, peer_url))
-                    .await;
-                settled(
-                    r.map(drop),
-                    Refusal::PeerUrlExists,
-                    "added",
-                    "already-member",
-                )
+                    .await?;
+                Ok("added")
             }
             Step::Promote { member, .. } => {
                 let r = meter.etcd(members.promote(&endpoint(None)?, *member)).await;
@@ -412,7 +545,8 @@ fn endpoint_avoiding(view: &ClusterView, avoid: Option<MemberId>) -> String {
 }
 
 /// Refusals that only mean "not yet": a learner catching up, etcd's 5 s connectivity rule after a
-/// membership change, the one learner slot taken, an election under way.
+/// membership change or a member down, the one learner slot taken, an election under way, too
+/// few started members, a peer URL still held by a member about to be removed.
 fn is_not_yet(e: &Error) -> bool {
     matches!(
         e.refusal(),
@@ -421,8 +555,44 @@ fn is_not_yet(e: &Error) -> bool {
                 | Refusal::UnhealthyCluster
                 | Refusal::TooManyLearners
                 | Refusal::NoLeader
+                | Refusal::NotEnoughStartedMembers
+                | Refusal::PeerUrlExists
         )
     )
+}
+
+fn held_for_quorum(waits: &[Wait]) -> Vec<HeldTermination> {
+    waits
+        .iter()
+        .filter_map(|w| match w {
+            Wait::QuorumGuard {
+                member,
+                instance: Some(instance),
+                blocking,
+            } => Some(HeldTermination {
+                instance: instance.clone(),
+                member: member.to_string(),
+                blocking: blocking.iter().map(ToString::to_string).collect(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What a response says it waits on: the wait's kind, then its instance and member.
+fn describe_wait(w: &Wait) -> String {
+    let mut s = w.name().to_string();
+    if let Some(i) = w.instance() {
+        s += &format!(" {i}");
+    }
+    if let Some(m) = w.member() {
+        s += &format!(" member {m}");
+    }
+    match w {
+        Wait::Refused { step, refusal, .. } => s + &format!(" ({step}: {refusal})"),
+        Wait::ClusterUnreachable { detail } => s + &format!(": {detail}"),
+        _ => s,
+    }
 }
 
 fn backoff(base: Duration, failures: u32) -> Duration {

@@ -7,10 +7,11 @@ use aws_config::BehaviorVersion;
 use aws_sdk_autoscaling::config::Credentials;
 use aws_sdk_ec2::types::{RequestLaunchTemplateData, Tag};
 use etcd_asg_lifecycle::adapters::autoscaling::{AutoScalingGroup, LifecycleHooks};
-use etcd_asg_lifecycle::adapters::ssm::SsmParameters;
+use etcd_asg_lifecycle::adapters::ssm::{SsmParameters, INSTANCE_ARN_TAG};
 use etcd_asg_lifecycle::config::AddressSource;
 use etcd_asg_lifecycle::model::{
-    ActionResult, ClusterRecord, InitialState, LifecycleState, MemberConfig, Transition,
+    ActionResult, ClusterRecord, InitialState, LifecycleState, MemberConfig, RecordState,
+    Transition,
 };
 use etcd_asg_lifecycle::ports::{Completion, Created, Group, Lifecycle, PublishedConfig};
 use etcd_asg_lifecycle::Error;
@@ -233,6 +234,33 @@ async fn group_instances_and_lifecycle_actions() {
     let now = group(AddressSource::PrivateIp).instances().await.unwrap();
     assert!(now.iter().all(|i| &i.id != a), "{now:?}");
 
+    // What the function checks and learns at cold start.
+    let mut names = hooks.hook_names().await.unwrap();
+    names.sort();
+    assert_eq!(names, vec!["etcd-launch", "etcd-terminate"]);
+    assert_eq!(
+        group(AddressSource::PrivateIp)
+            .instance_arn_prefix()
+            .await
+            .unwrap(),
+        "arn:aws:ec2:us-east-1:123456789012:instance/"
+    );
+    // An in-service instance marked Unhealthy is the group's to replace: it shows as unhealthy,
+    // or already on its way out through the terminate hook.
+    hooks
+        .complete(b, Transition::Launch, ActionResult::Continue)
+        .await
+        .unwrap();
+    let g = group(AddressSource::PrivateIp);
+    assert!(g.instances().await.unwrap().iter().all(|i| i.healthy));
+    g.set_unhealthy(b).await.unwrap();
+    let now = g.instances().await.unwrap();
+    let sick = now.iter().find(|i| &i.id == b).unwrap();
+    assert!(
+        !sick.healthy || sick.state == LifecycleState::TerminatingWait,
+        "{sick:?}"
+    );
+
     // Another group's action is not ours to find.
     let foreign = LifecycleHooks {
         group: "no-such-group".into(),
@@ -272,14 +300,12 @@ async fn published_config_round_trips_through_ssm() {
     let store = SsmParameters {
         ssm: ssm.clone(),
         prefix: "/etcd-asg-lifecycle/test".into(),
+        instance_arn_prefix: "arn:aws:ec2:us-east-1:123456789012:instance/".into(),
     };
     assert_eq!(store.load().await.unwrap(), Default::default());
 
-    let record = ClusterRecord {
-        token: "test-i-00000001".into(),
-        seed: "i-00000001".into(),
-        created_at: 1_800_000_000,
-    };
+    let record =
+        ClusterRecord::bootstrapping("test-i-00000001".into(), "i-00000001".into(), 1_800_000_000);
     assert_eq!(
         store.create_cluster(&record).await.unwrap(),
         Created::Created
@@ -313,7 +339,7 @@ async fn published_config_round_trips_through_ssm() {
         .await
         .unwrap();
     let state = store.load().await.unwrap();
-    assert_eq!(state.cluster, Some(record));
+    assert_eq!(state.cluster, Some(record.clone()));
     assert_eq!(state.members.len(), 1);
     let published = &state.members["i-00000001"];
     assert_eq!(published.config, config);
@@ -327,6 +353,84 @@ async fn published_config_round_trips_through_ssm() {
         .await
         .unwrap();
     assert_eq!(raw.parameter().unwrap().value().unwrap(), config.to_env());
+    // Tagged with the instance's ARN: the instance policy lets only that instance read it.
+    let tags = ssm
+        .list_tags_for_resource()
+        .resource_type(aws_sdk_ssm::types::ResourceTypeForTagging::Parameter)
+        .resource_id(store.member_name("i-00000001"))
+        .send()
+        .await
+        .unwrap();
+    let tags: Vec<(&str, &str)> = tags
+        .tag_list()
+        .iter()
+        .map(|t| (t.key(), t.value()))
+        .collect();
+    assert_eq!(
+        tags,
+        vec![(
+            INSTANCE_ARN_TAG,
+            "arn:aws:ec2:us-east-1:123456789012:instance/i-00000001"
+        )]
+    );
+
+    // Down-marks round-trip; forgetting twice is fine.
+    store.note_down("i-00000001", 1_800_000_100).await.unwrap();
+    assert_eq!(
+        store.load().await.unwrap().down_since["i-00000001"],
+        1_800_000_100
+    );
+    store.forget_down("i-00000001").await.unwrap();
+    store.forget_down("i-00000001").await.unwrap();
+    assert!(store.load().await.unwrap().down_since.is_empty());
+
+    // A record whose seed never served is replaced once: a second replacement of the same
+    // record, with another seed, loses and changes nothing.
+    let next =
+        ClusterRecord::bootstrapping("test-i-00000003".into(), "i-00000003".into(), 1_800_000_200);
+    let other =
+        ClusterRecord::bootstrapping("test-i-00000004".into(), "i-00000004".into(), 1_800_000_201);
+    assert_eq!(
+        store.replace_cluster(&record, &next).await.unwrap(),
+        Created::Created
+    );
+    assert_eq!(
+        store.replace_cluster(&record, &other).await.unwrap(),
+        Created::AlreadyExists
+    );
+    assert_eq!(store.load().await.unwrap().cluster, Some(next.clone()));
+    // Served, with its id: the record says so from now on.
+    let served = ClusterRecord {
+        state: RecordState::Served,
+        cluster_id: Some(0xdead_beef),
+        ..next.clone()
+    };
+    store.update_cluster(&served).await.unwrap();
+    assert_eq!(store.load().await.unwrap().cluster, Some(served.clone()));
+    // Replacing a record that is no longer the current one changes nothing.
+    assert_eq!(
+        store.replace_cluster(&next, &other).await.unwrap(),
+        Created::AlreadyExists
+    );
+    assert_eq!(store.load().await.unwrap().cluster, Some(served.clone()));
+    // A record written before `state` existed belongs to a cluster that served.
+    ssm.put_parameter()
+        .name(store.cluster_name())
+        .value(r#"{"token":"old","seed":"i-00000009","created_at":1}"#)
+        .r#type(aws_sdk_ssm::types::ParameterType::String)
+        .overwrite(true)
+        .send()
+        .await
+        .unwrap();
+    assert!(store.load().await.unwrap().cluster.unwrap().has_served());
+    ssm.put_parameter()
+        .name(store.cluster_name())
+        .value(serde_json::to_string(&record).unwrap())
+        .r#type(aws_sdk_ssm::types::ParameterType::String)
+        .overwrite(true)
+        .send()
+        .await
+        .unwrap();
 
     store.unpublish("i-00000001").await.unwrap();
     store.unpublish("i-00000001").await.unwrap(); // already gone: fine

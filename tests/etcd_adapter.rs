@@ -41,7 +41,7 @@ fn refusal<T: std::fmt::Debug>(r: Result<T, etcd_asg_lifecycle::Error>) -> Refus
 
 async fn observe(etcd: &EtcdMembers, endpoints: &[&str]) -> ClusterView {
     let endpoints: Vec<String> = endpoints.iter().map(|s| s.to_string()).collect();
-    known(etcd.observe(&endpoints).await)
+    known(etcd.observe(&endpoints, None).await)
 }
 
 /// Waits for a member's process to join (it gets a name), then promotes it, retrying while etcd
@@ -85,7 +85,7 @@ async fn membership_calls_against_a_real_cluster() {
 
     // List: one started voter that leads and answers its status.
     let v = eventually("n1 to answer", 30, || async {
-        match etcd.observe(std::slice::from_ref(&c1)).await {
+        match etcd.observe(std::slice::from_ref(&c1), None).await {
             ClusterState::Known(v) if v.leader.is_some() => Some(v),
             _ => None,
         }
@@ -202,10 +202,22 @@ async fn membership_calls_against_a_real_cluster() {
     let v = observe(&etcd, &[&dead, &n2.client_url]).await;
     assert_eq!(v.voters().count(), 2);
     let fresh = EtcdMembers::new(Duration::from_millis(500), None).unwrap();
-    match fresh.observe(std::slice::from_ref(&dead)).await {
+    match fresh.observe(std::slice::from_ref(&dead), None).await {
         ClusterState::Unreachable { detail } => assert!(detail.contains("127.0.0.1:1"), "{detail}"),
         ClusterState::Known(v) => panic!("{v:?}"),
     }
+    // A member of another cluster (by the record's id) is never believed; of this one, it is.
+    let endpoints = [n2.client_url.clone()];
+    match fresh.observe(&endpoints, Some(v.cluster_id ^ 1)).await {
+        ClusterState::Unreachable { detail } => {
+            assert!(detail.contains("not the record's"), "{detail}")
+        }
+        ClusterState::Known(v) => panic!("{v:?}"),
+    }
+    assert!(matches!(
+        fresh.observe(&endpoints, Some(v.cluster_id)).await,
+        ClusterState::Known(_)
+    ));
 }
 
 fn openssl(dir: &std::path::Path, args: &str) {
@@ -255,7 +267,7 @@ async fn client_certificates_when_etcd_requires_them() {
     let peer = format!("http://127.0.0.1:{}", support::free_port());
     let client = format!("https://127.0.0.1:{}", support::free_port());
     let path = |f: &str| d.join(f).to_str().unwrap().to_string();
-    let mut cmd = std::process::Command::new("etcd");
+    let mut cmd = std::process::Command::new(support::etcd_bin());
     cmd.args(["--name", "tls", "--data-dir", &path("data")])
         .args([
             "--listen-peer-urls",
@@ -287,7 +299,7 @@ async fn client_certificates_when_etcd_requires_them() {
     let with_cert = EtcdMembers::new(Duration::from_secs(3), Some(&tls)).unwrap();
     let endpoints = [client.clone()];
     let v = eventually("etcd over TLS", 30, || async {
-        match with_cert.observe(&endpoints).await {
+        match with_cert.observe(&endpoints, None).await {
             ClusterState::Known(v) if v.leader.is_some() => Some(v),
             _ => None,
         }
@@ -303,7 +315,7 @@ async fn client_certificates_when_etcd_requires_them() {
     // Without our CA and certificate, etcd is out of reach: no guessing, no membership change.
     let plain = EtcdMembers::new(Duration::from_secs(3), None).unwrap();
     assert!(matches!(
-        plain.observe(&endpoints).await,
+        plain.observe(&endpoints, None).await,
         ClusterState::Unreachable { .. }
     ));
 

@@ -34,12 +34,18 @@ impl Group for AutoScalingGroup {
             .iter()
             .find(|g| g.auto_scaling_group_name() == Some(self.group.as_str()))
             .ok_or_else(|| Error::GroupNotFound(self.group.clone()))?;
-        let states: Vec<(String, LifecycleState)> = group
+        let states: Vec<(String, LifecycleState, bool)> = group
             .instances()
             .iter()
             .filter_map(|i| {
                 let state = i.lifecycle_state().map_or("", AwsLifecycleState::as_str);
-                Some((i.instance_id()?.to_string(), LifecycleState::parse(state)))
+                // "Healthy" or "Unhealthy"; anything else is not a mark against it.
+                let healthy = i.health_status() != Some("Unhealthy");
+                Some((
+                    i.instance_id()?.to_string(),
+                    LifecycleState::parse(state),
+                    healthy,
+                ))
             })
             .collect();
         if states.is_empty() {
@@ -50,7 +56,7 @@ impl Group for AutoScalingGroup {
         let mut pages = self
             .ec2
             .describe_instances()
-            .set_instance_ids(Some(states.iter().map(|(id, _)| id.clone()).collect()))
+            .set_instance_ids(Some(states.iter().map(|(id, ..)| id.clone()).collect()))
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
@@ -79,17 +85,75 @@ impl Group for AutoScalingGroup {
         }
         Ok(states
             .into_iter()
-            .map(|(id, state)| {
+            .map(|(id, state, healthy)| {
                 let (address, launched_at) = details.remove(&id).unwrap_or((None, 0));
                 Instance {
                     id,
                     state,
                     address,
                     launched_at,
+                    healthy,
                 }
             })
             .collect())
     }
+
+    async fn set_unhealthy(&self, instance: &str) -> Result<(), Error> {
+        self.autoscaling
+            .set_instance_health()
+            .instance_id(instance)
+            .health_status("Unhealthy")
+            .should_respect_grace_period(false)
+            .send()
+            .await
+            .map_err(|e| aws("SetInstanceHealth")(e.into()))?;
+        Ok(())
+    }
+}
+
+impl AutoScalingGroup {
+    /// `arn:<partition>:ec2:<region>:<account>:instance/`, from the group's own ARN: what an
+    /// instance's requests carry as `ec2:SourceInstanceARN`, less the instance id.
+    pub async fn instance_arn_prefix(&self) -> Result<String, Error> {
+        let out = self
+            .autoscaling
+            .describe_auto_scaling_groups()
+            .auto_scaling_group_names(&self.group)
+            .send()
+            .await
+            .map_err(|e| aws("DescribeAutoScalingGroups")(e.into()))?;
+        let arn = out
+            .auto_scaling_groups()
+            .iter()
+            .find(|g| g.auto_scaling_group_name() == Some(self.group.as_str()))
+            .ok_or_else(|| Error::GroupNotFound(self.group.clone()))?
+            .auto_scaling_group_arn()
+            .unwrap_or_default();
+        instance_arn_prefix(arn).ok_or_else(|| Error::Aws {
+            operation: "DescribeAutoScalingGroups",
+            source: format!(
+                "group ARN {} is not arn:<partition>:autoscaling:<region>:<account>:…",
+                shown(arn)
+            )
+            .into(),
+        })
+    }
+}
+
+/// From `arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:…` to
+/// `arn:aws:ec2:us-east-1:123456789012:instance/`.
+pub fn instance_arn_prefix(group_arn: &str) -> Option<String> {
+    let mut parts = group_arn.splitn(6, ':');
+    let (arn, partition, service, region, account) = (
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+    );
+    let ok = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    (arn == "arn" && service == "autoscaling" && ok(partition) && ok(region) && ok(account))
+        .then(|| format!("arn:{partition}:ec2:{region}:{account}:instance/"))
 }
 
 pub struct LifecycleHooks {
@@ -158,5 +222,48 @@ impl Lifecycle for LifecycleHooks {
             .send()
             .await;
         completion("RecordLifecycleActionHeartbeat", r)
+    }
+
+    async fn hook_names(&self) -> Result<Vec<String>, Error> {
+        let out = self
+            .autoscaling
+            .describe_lifecycle_hooks()
+            .auto_scaling_group_name(&self.group)
+            .send()
+            .await
+            .map_err(|e| aws("DescribeLifecycleHooks")(e.into()))?;
+        Ok(out
+            .lifecycle_hooks()
+            .iter()
+            .filter_map(|h| h.lifecycle_hook_name().map(str::to_string))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::instance_arn_prefix;
+
+    #[test]
+    fn instance_arns_come_from_the_group_arn() {
+        let group = "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:\
+                     6d7c4f8a-0000-4000-8000-000000000000:autoScalingGroupName/etcd";
+        assert_eq!(
+            instance_arn_prefix(group).as_deref(),
+            Some("arn:aws:ec2:us-east-1:123456789012:instance/")
+        );
+        let cn = "arn:aws-cn:autoscaling:cn-north-1:123456789012:autoScalingGroup:x";
+        assert_eq!(
+            instance_arn_prefix(cn).as_deref(),
+            Some("arn:aws-cn:ec2:cn-north-1:123456789012:instance/")
+        );
+        for bad in [
+            "",
+            "arn:aws:ec2:us-east-1:1:instance/i-1",
+            "arn:aws:autoscaling::1:x",
+            "arn:a*:autoscaling:r:1:x",
+        ] {
+            assert_eq!(instance_arn_prefix(bad), None, "{bad}");
+        }
     }
 }

@@ -208,22 +208,50 @@ impl EtcdMembers {
             "member list",
             endpoint,
             "/v3/cluster/member/list",
-            json!({}),
+            // 3.5+ answers from the raft log (a partitioned member cannot hand out a stale
+            // list); 3.4 ignores the field.
+            json!({"linearizable": true}),
             None,
         )
         .await
     }
 
-    async fn view(&self, endpoint: &str) -> Result<ClusterView, Error> {
+    /// The member list as one member sees it, believed only from a voter in its own list, of the
+    /// expected cluster, that knows a leader.
+    async fn view(&self, endpoint: &str, cluster: Option<u64>) -> Result<ClusterView, Error> {
         let list = self.list(endpoint).await?;
-        let answering = list.members.iter().find(|m| m.id == list.header.member_id);
-        if answering.is_some_and(|m| m.is_learner) {
+        let untrusted = |refusal, message: String| Error::EtcdRefused {
+            operation: "member list",
+            refusal,
+            message,
+        };
+        if let Some(want) = cluster.filter(|&c| c != list.header.cluster_id) {
+            return Err(untrusted(
+                Refusal::Other,
+                format!(
+                    "answered by a member of cluster {:x}, not the record's {want:x}",
+                    list.header.cluster_id
+                ),
+            ));
+        }
+        match list.members.iter().find(|m| m.id == list.header.member_id) {
             // Learners cannot take membership calls: look for a voter.
-            return Err(Error::EtcdRefused {
-                operation: "member list",
-                refusal: Refusal::NotSupportedForLearner,
-                message: "answered by a learner".into(),
-            });
+            Some(m) if m.is_learner => {
+                return Err(untrusted(
+                    Refusal::NotSupportedForLearner,
+                    "answered by a learner".into(),
+                ))
+            }
+            Some(_) => {}
+            None => {
+                return Err(untrusted(
+                    Refusal::Other,
+                    format!(
+                        "answered by member {:x}, which is not in its own list (removed)",
+                        list.header.member_id
+                    ),
+                ))
+            }
         }
         let members: Vec<Member> = list.members.into_iter().map(Member::from).collect();
         // One status call per started member: it says whether the member answers, and the
@@ -256,16 +284,23 @@ impl EtcdMembers {
         while let Some(probe) = probes.join_next().await {
             if let Ok(Some((id, status))) = probe {
                 healthy.insert(id);
-                if id.0 == list.header.member_id || leader.is_none() {
+                if id.0 == list.header.member_id {
                     leader = Some(status.leader);
                 }
             }
         }
+        // No `leader` in the answer means there is none: a member without a leader may hold an
+        // old list (partitioned, or the quorum is lost), so its list is not believed.
+        let Some(leader) = leader.filter(|&l| l != 0).map(MemberId) else {
+            return Err(untrusted(
+                Refusal::NoLeader,
+                "the answering member knows no leader".into(),
+            ));
+        };
         Ok(ClusterView {
             cluster_id: list.header.cluster_id,
             members,
-            // No `leader` in the answer means there is none.
-            leader: leader.filter(|&l| l != 0).map(MemberId),
+            leader: Some(leader),
             healthy,
             endpoint: endpoint.to_string(),
         })
@@ -273,14 +308,14 @@ impl EtcdMembers {
 }
 
 impl Members for EtcdMembers {
-    async fn observe(&self, endpoints: &[String]) -> ClusterState {
+    async fn observe(&self, endpoints: &[String], cluster: Option<u64>) -> ClusterState {
         let preferred = self.preferred.lock().unwrap().clone();
         let ordered = preferred
             .iter()
             .chain(endpoints.iter().filter(|e| Some(*e) != preferred.as_ref()));
         let mut failures = Vec::new();
         for endpoint in ordered {
-            match self.view(endpoint).await {
+            match self.view(endpoint, cluster).await {
                 Ok(view) => {
                     *self.preferred.lock().unwrap() = Some(endpoint.clone());
                     return ClusterState::Known(view);

@@ -1,16 +1,26 @@
 //! The published cluster record and member configs, as SSM parameters under one prefix:
-//! `<prefix>/cluster` (JSON) and `<prefix>/members/<instance-id>` (an etcd env file).
+//! `<prefix>/cluster` (JSON), `<prefix>/members/<instance-id>` (an etcd env file, tagged with the
+//! instance's ARN so only that instance may read it), `<prefix>/down/<instance-id>` (when its
+//! etcd was first seen down, epoch seconds) and `<prefix>/superseded/<seed>-<created>` (the fence
+//! of a record replaced because its seed never served).
 
-use aws_sdk_ssm::types::ParameterType;
+use aws_sdk_ssm::types::{ParameterType, ResourceTypeForTagging, Tag};
 
 use super::aws;
 use crate::error::Error;
-use crate::model::{ClusterRecord, MemberConfig, Published, PublishedState};
+use crate::event::shown;
+use crate::model::{ClusterRecord, MemberConfig, Published, PublishedState, Timestamp};
 use crate::ports::{self, Created};
+
+/// The tag on each member parameter that the instance policy compares with the requesting
+/// instance's `ec2:SourceInstanceARN` (template.yaml).
+pub const INSTANCE_ARN_TAG: &str = "etcd-asg-instance-arn";
 
 pub struct SsmParameters {
     pub ssm: aws_sdk_ssm::Client,
     pub prefix: String,
+    /// `arn:<partition>:ec2:<region>:<account>:instance/`
+    pub instance_arn_prefix: String,
 }
 
 impl SsmParameters {
@@ -21,12 +31,77 @@ impl SsmParameters {
     pub fn member_name(&self, instance: &str) -> String {
         format!("{}/members/{instance}", self.prefix)
     }
+
+    pub fn down_name(&self, instance: &str) -> String {
+        format!("{}/down/{instance}", self.prefix)
+    }
+
+    fn fence_name(&self, old: &ClusterRecord) -> String {
+        format!("{}/superseded/{}-{}", self.prefix, old.seed, old.created_at)
+    }
+
+    async fn put(&self, name: String, value: String, overwrite: bool) -> Result<Created, Error> {
+        let r = self
+            .ssm
+            .put_parameter()
+            .name(name)
+            .value(value)
+            .r#type(ParameterType::String)
+            .overwrite(overwrite)
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(Created::Created),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_parameter_already_exists()) =>
+            {
+                Ok(Created::AlreadyExists)
+            }
+            Err(e) => Err(aws("PutParameter")(e.into())),
+        }
+    }
+
+    async fn get(&self, name: String) -> Result<Option<String>, Error> {
+        match self.ssm.get_parameter().name(name).send().await {
+            Ok(out) => Ok(out.parameter().and_then(|p| p.value()).map(str::to_string)),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_parameter_not_found()) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(aws("GetParameter")(e.into())),
+        }
+    }
+
+    async fn delete(&self, name: String) -> Result<(), Error> {
+        let r = self.ssm.delete_parameter().name(name).send().await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_parameter_not_found()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(aws("DeleteParameter")(e.into())),
+        }
+    }
+
+    fn parse_record(name: &str, value: &str) -> Result<ClusterRecord, Error> {
+        serde_json::from_str(value).map_err(|e| Error::BadParameter {
+            name: name.to_string(),
+            detail: e.to_string(),
+        })
+    }
 }
 
 impl ports::PublishedConfig for SsmParameters {
     async fn load(&self) -> Result<PublishedState, Error> {
         let mut state = PublishedState::default();
         let members_path = format!("{}/members/", self.prefix);
+        let down_path = format!("{}/down/", self.prefix);
         let cluster_name = self.cluster_name();
         let mut pages = self
             .ssm
@@ -42,11 +117,17 @@ impl ports::PublishedConfig for SsmParameters {
                     continue;
                 };
                 if name == cluster_name {
-                    let record = serde_json::from_str(value).map_err(|e| Error::BadParameter {
-                        name: name.to_string(),
-                        detail: e.to_string(),
-                    })?;
-                    state.cluster = Some(record);
+                    state.cluster = Some(Self::parse_record(name, value)?);
+                } else if let Some(instance) = name.strip_prefix(&down_path) {
+                    match value.trim().parse() {
+                        Ok(since) => {
+                            state.down_since.insert(instance.to_string(), since);
+                        }
+                        // Rewritten with the time it is next seen down.
+                        Err(_) => {
+                            tracing::warn!(parameter = name, value = %shown(value), "unreadable down-mark")
+                        }
+                    }
                 } else if let Some(instance) = name.strip_prefix(&members_path) {
                     match MemberConfig::parse_env(value) {
                         Ok(config) => {
@@ -72,56 +153,76 @@ impl ports::PublishedConfig for SsmParameters {
 
     async fn create_cluster(&self, record: &ClusterRecord) -> Result<Created, Error> {
         let value = serde_json::to_string(record).expect("a record serializes");
-        let r = self
-            .ssm
-            .put_parameter()
-            .name(self.cluster_name())
-            .value(value)
-            .r#type(ParameterType::String)
-            .overwrite(false)
-            .send()
-            .await;
-        match r {
-            Ok(_) => Ok(Created::Created),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_parameter_already_exists()) =>
-            {
-                Ok(Created::AlreadyExists)
-            }
-            Err(e) => Err(aws("PutParameter")(e.into())),
-        }
+        self.put(self.cluster_name(), value, false).await
     }
 
+    /// The fence is a create-only parameter named after the old record and holding the new one:
+    /// only one replacement of a record ever wins. Whoever finds the fence already there rolls its
+    /// replacement forward if the writer died between the fence and the record.
+    async fn replace_cluster(
+        &self,
+        old: &ClusterRecord,
+        new: &ClusterRecord,
+    ) -> Result<Created, Error> {
+        let fence = self.fence_name(old);
+        let value = serde_json::to_string(new).expect("a record serializes");
+        let won = self.put(fence.clone(), value.clone(), false).await?;
+        let value = match won {
+            Created::Created => value,
+            Created::AlreadyExists => match self.get(fence.clone()).await? {
+                Some(v) => v,
+                None => return Ok(Created::AlreadyExists),
+            },
+        };
+        let current = match self.get(self.cluster_name()).await? {
+            Some(v) => Some(Self::parse_record(&self.cluster_name(), &v)?),
+            None => None,
+        };
+        if current.as_ref() != Some(old) {
+            // Replaced already (by whoever wrote the fence), or changed since we looked.
+            return Ok(Created::AlreadyExists);
+        }
+        Self::parse_record(&fence, &value)?;
+        self.put(self.cluster_name(), value, true).await?;
+        Ok(won)
+    }
+
+    async fn update_cluster(&self, record: &ClusterRecord) -> Result<(), Error> {
+        let value = serde_json::to_string(record).expect("a record serializes");
+        self.put(self.cluster_name(), value, true).await.map(drop)
+    }
+
+    /// Written, then tagged: until the tag is there the instance cannot read it (fail closed).
     async fn publish(&self, instance: &str, config: &MemberConfig) -> Result<(), Error> {
+        let name = self.member_name(instance);
+        self.put(name.clone(), config.to_env(), true).await?;
+        let tag = Tag::builder()
+            .key(INSTANCE_ARN_TAG)
+            .value(format!("{}{instance}", self.instance_arn_prefix))
+            .build()
+            .map_err(|e| aws("AddTagsToResource")(e.into()))?;
         self.ssm
-            .put_parameter()
-            .name(self.member_name(instance))
-            .value(config.to_env())
-            .r#type(ParameterType::String)
-            .overwrite(true)
+            .add_tags_to_resource()
+            .resource_type(ResourceTypeForTagging::Parameter)
+            .resource_id(name)
+            .tags(tag)
             .send()
             .await
-            .map_err(|e| aws("PutParameter")(e.into()))?;
+            .map_err(|e| aws("AddTagsToResource")(e.into()))?;
         Ok(())
     }
 
+    async fn note_down(&self, instance: &str, since: Timestamp) -> Result<(), Error> {
+        self.put(self.down_name(instance), since.to_string(), true)
+            .await
+            .map(drop)
+    }
+
+    async fn forget_down(&self, instance: &str) -> Result<(), Error> {
+        self.delete(self.down_name(instance)).await
+    }
+
     async fn unpublish(&self, instance: &str) -> Result<(), Error> {
-        let r = self
-            .ssm
-            .delete_parameter()
-            .name(self.member_name(instance))
-            .send()
-            .await;
-        match r {
-            Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_parameter_not_found()) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(aws("DeleteParameter")(e.into())),
-        }
+        self.delete(self.member_name(instance)).await
     }
 }

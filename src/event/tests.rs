@@ -11,6 +11,7 @@ fn launch(instance: &str) -> Trigger {
         transition: Transition::Launch,
         instance: instance.into(),
         token: "87654321-4321-4321-4321-210987654321".into(),
+        warm_pool: false,
     }
 }
 
@@ -23,6 +24,7 @@ fn expectation(file: &str) -> Result<Trigger, &'static str> {
             transition: Transition::Terminate,
             instance: "i-1234567890abcdef0".into(),
             token: "87654321-4321-4321-4321-210987654321".into(),
+            warm_pool: false,
         },
         "test-notification.json" => Trigger::TestNotification,
         "scheduled.json" => Trigger::Schedule,

@@ -14,6 +14,7 @@ fn settings() -> Settings {
         },
         cluster_name: "etcd".into(),
         learner_start_timeout_secs: 600,
+        unhealthy_replace_secs: 300,
     }
 }
 
@@ -31,6 +32,7 @@ fn inst(n: u8, state: LifecycleState) -> Instance {
         state,
         address: Some(addr(n)),
         launched_at: n as i64,
+        healthy: true,
     }
 }
 use LifecycleState::{InService, PendingWait, TerminatingWait};
@@ -112,12 +114,22 @@ impl Given {
         }
         self
     }
+    /// A record of a cluster that served, with the id `members` gives it.
     fn record(mut self, seed: u8) -> Self {
         self.obs.published.cluster = Some(ClusterRecord {
-            token: format!("etcd-{}", i(seed)),
-            seed: i(seed),
-            created_at: 1,
+            state: RecordState::Served,
+            cluster_id: Some(7),
+            ..ClusterRecord::bootstrapping(format!("etcd-{}", i(seed)), i(seed), 1)
         });
+        self
+    }
+    /// A record whose seed has not served yet.
+    fn bootstrapping(mut self, seed: u8) -> Self {
+        self.obs.published.cluster = Some(ClusterRecord::bootstrapping(
+            format!("etcd-{}", i(seed)),
+            i(seed),
+            1,
+        ));
         self
     }
     fn published(mut self, n: u8, config: MemberConfig, at: i64) -> Self {
@@ -173,11 +185,11 @@ fn no_record_and_no_member_creates_the_cluster_seeded_by_the_oldest_instance() {
     let g = given(vec![young, inst(3, PendingWait), inst(2, PendingWait)]);
     assert_eq!(
         g.plan(),
-        Step::CreateCluster(ClusterRecord {
-            token: "etcd-i-00000002".into(),
-            seed: i(2),
-            created_at: 1000,
-        })
+        Step::CreateCluster(ClusterRecord::bootstrapping(
+            "etcd-i-00000002".into(),
+            i(2),
+            1000
+        ))
     );
 }
 
@@ -210,7 +222,7 @@ fn instances_in_service_never_seed_a_cluster() {
 
 #[test]
 fn after_the_record_the_seed_gets_a_new_cluster_config_of_itself() {
-    let g = given(vec![inst(1, PendingWait), inst(2, PendingWait)]).record(1);
+    let g = given(vec![inst(1, PendingWait), inst(2, PendingWait)]).bootstrapping(1);
     assert_eq!(
         g.plan(),
         Step::Publish {
@@ -223,7 +235,7 @@ fn after_the_record_the_seed_gets_a_new_cluster_config_of_itself() {
 #[test]
 fn once_the_seed_config_is_out_it_waits_for_the_seed() {
     let g = given(vec![inst(1, PendingWait)])
-        .record(1)
+        .bootstrapping(1)
         .published(1, seed_config(1), 999);
     assert_eq!(g.plan(), Step::Wait(Wait::SeedStarting { instance: i(1) }));
 }
@@ -529,8 +541,17 @@ fn an_orphan_is_kept_when_removing_it_would_break_quorum() {
     .members(vec![voter(1), voter(2), voter(3), voter(4)])
     .unhealthy(4)
     .unhealthy(3)
-    .unhealthy(2);
-    assert_eq!(g.plan(), Step::Wait(Wait::QuorumGuard { member: id(4) }));
+    .unhealthy(2)
+    .down_since(2, 999)
+    .down_since(3, 999);
+    assert_eq!(
+        g.plan(),
+        Step::Wait(Wait::QuorumGuard {
+            member: id(4),
+            instance: None,
+            blocking: vec![id(2), id(3), id(4)]
+        })
+    );
 }
 
 #[test]
@@ -642,4 +663,352 @@ fn members_are_matched_by_peer_url_before_they_have_a_name() {
     g.obs.instances[1].address = Some(addr(7));
     // Instance 2 now lives elsewhere: the learner at .2 is nobody's, and it goes.
     assert!(matches!(g.plan(), Step::RemoveMember { member, .. } if member == id(2)));
+}
+
+// Compound faults (issue 7): unhealthy members go first, the quorum guard holds, dead members
+// are replaced, seeds that never serve are re-seeded, the last voter is replaced before removal,
+// and a started member is its instance by name only.
+
+impl Given {
+    fn down_since(mut self, n: u8, at: i64) -> Self {
+        self.obs.published.down_since.insert(i(n), at);
+        self
+    }
+    fn waits(&self) -> Vec<Wait> {
+        assess(&self.obs, &settings()).waits
+    }
+}
+
+fn unhealthy_inst(n: u8, state: LifecycleState) -> Instance {
+    Instance {
+        healthy: false,
+        ..inst(n, state)
+    }
+}
+
+#[test]
+fn a_healthy_leaving_member_is_held_while_another_voter_is_down() {
+    // Removing 3 (alive) with 2 dead would leave one answering voter of two: no quorum.
+    let g = given(vec![
+        inst(1, InService),
+        inst(2, InService),
+        inst(3, TerminatingWait),
+    ])
+    .record(1)
+    .members(vec![voter(1), voter(2), voter(3)])
+    .unhealthy(2)
+    .down_since(2, 990);
+    let guard = Wait::QuorumGuard {
+        member: id(3),
+        instance: Some(i(3)),
+        blocking: vec![id(2)],
+    };
+    assert_eq!(g.plan(), Step::Wait(guard.clone()));
+    assert!(g.waits().contains(&guard));
+}
+
+#[test]
+fn the_dead_member_is_removed_before_the_healthy_leaving_one() {
+    // 2's instance is terminating too and its etcd is dead: it goes first, which restores the
+    // margin that lets 3 go next.
+    let g = given(vec![
+        inst(1, InService),
+        inst(2, TerminatingWait),
+        inst(3, TerminatingWait),
+    ])
+    .record(1)
+    .members(vec![voter(1), voter(2), voter(3)])
+    .unhealthy(2);
+    let mut g3 = g;
+    g3.obs.instances[1].launched_at = 50; // 2 leaves later than 3: health, not age, decides
+    assert_eq!(
+        g3.plan(),
+        Step::RemoveMember {
+            member: id(2),
+            instance: Some(i(2)),
+            reason: Removal::Terminating
+        }
+    );
+    let g = given(vec![inst(1, InService), inst(3, TerminatingWait)])
+        .record(1)
+        .members(vec![voter(1), voter(3)]);
+    assert!(matches!(g.plan(), Step::RemoveMember { member, .. } if member == id(3)));
+}
+
+#[test]
+fn a_dead_orphan_goes_before_a_healthy_leaving_member() {
+    let g = given(vec![inst(1, InService), inst(3, TerminatingWait)])
+        .record(1)
+        .members(vec![voter(1), voter(2), voter(3)])
+        .unhealthy(2);
+    assert_eq!(
+        g.plan(),
+        Step::RemoveMember {
+            member: id(2),
+            instance: None,
+            reason: Removal::InstanceGone
+        }
+    );
+}
+
+#[test]
+fn a_member_first_seen_down_is_noted() {
+    let g = given(vec![
+        inst(1, InService),
+        inst(2, InService),
+        inst(3, InService),
+    ])
+    .record(1)
+    .members(vec![voter(1), voter(2), voter(3)])
+    .unhealthy(2);
+    assert_eq!(
+        g.plan(),
+        Step::NoteDown {
+            instance: i(2),
+            since: 1000
+        }
+    );
+}
+
+#[test]
+fn a_member_down_too_long_is_replaced_once_the_others_keep_quorum() {
+    let base = || {
+        given(vec![
+            inst(1, InService),
+            inst(2, InService),
+            inst(3, InService),
+        ])
+        .record(1)
+        .members(vec![voter(1), voter(2), voter(3)])
+        .unhealthy(2)
+    };
+    // Not yet long enough: waits, and says so.
+    let g = base().down_since(2, 800);
+    assert_eq!(
+        g.plan(),
+        Step::Wait(Wait::MemberDown {
+            instance: i(2),
+            member: id(2),
+            down_secs: 200
+        })
+    );
+    let g = base().down_since(2, 700);
+    assert_eq!(
+        g.plan(),
+        Step::Replace {
+            instance: i(2),
+            member: id(2),
+            down_secs: 300
+        }
+    );
+    // With another voter down too, removing 2 would leave one answering voter of two: no.
+    let g = base().down_since(2, 700).unhealthy(3).down_since(3, 700);
+    assert!(matches!(g.plan(), Step::Wait(Wait::MemberDown { .. })));
+}
+
+#[test]
+fn replacements_go_one_at_a_time_and_never_during_a_membership_change() {
+    let five = || {
+        given((1..=5).map(|n| inst(n, InService)).collect())
+            .record(1)
+            .members((1..=5).map(voter).collect())
+            .unhealthy(2)
+            .unhealthy(3)
+            .down_since(2, 1)
+            .down_since(3, 1)
+    };
+    assert!(matches!(five().plan(), Step::Replace { instance, .. } if instance == i(2)));
+    // 2 is already marked: the group is replacing it; 3 waits its turn.
+    let mut g = five();
+    g.obs.instances[1].healthy = false;
+    assert_eq!(
+        g.plan(),
+        Step::Wait(Wait::MemberDown {
+            instance: i(3),
+            member: id(3),
+            down_secs: 999
+        })
+    );
+    // A learner joining is a membership change under way.
+    let g = given(vec![
+        inst(1, InService),
+        inst(2, InService),
+        inst(3, InService),
+        inst(4, PendingWait),
+    ])
+    .record(1)
+    .members(vec![voter(1), voter(2), voter(3), unstarted_learner(4)])
+    .unhealthy(2)
+    .down_since(2, 1);
+    let Step::Publish { config, .. } = g.plan() else {
+        panic!("{:?}", g.plan())
+    };
+    let g = g.published(4, config, 999);
+    assert_eq!(
+        g.plan(),
+        Step::Wait(Wait::LearnerStarting { instance: i(4) })
+    );
+    assert!(g.waits().contains(&Wait::MemberDown {
+        instance: i(2),
+        member: id(2),
+        down_secs: 999
+    }));
+}
+
+#[test]
+fn a_down_mark_is_forgotten_once_the_member_answers_again() {
+    let g = given(vec![inst(1, InService), inst(2, InService)])
+        .record(1)
+        .members(vec![voter(1), voter(2)])
+        .down_since(2, 1);
+    assert_eq!(g.plan(), Step::ForgetDown { instance: i(2) });
+}
+
+#[test]
+fn instances_marked_unhealthy_never_join_or_seed() {
+    let g = given(vec![inst(1, InService), unhealthy_inst(2, PendingWait)])
+        .record(1)
+        .members(vec![voter(1)]);
+    assert_eq!(g.plan(), Step::Idle);
+    let g = given(vec![unhealthy_inst(1, PendingWait), inst(2, PendingWait)]);
+    assert!(matches!(g.plan(), Step::CreateCluster(r) if r.seed == i(2)));
+}
+
+// A seed that never serves.
+
+#[test]
+fn a_seed_that_never_starts_is_abandoned_after_the_start_timeout() {
+    let g = given(vec![inst(1, PendingWait), inst(2, PendingWait)])
+        .bootstrapping(1)
+        .published(1, seed_config(1), 1000 - 601);
+    assert_eq!(
+        g.plan(),
+        complete(1, Transition::Launch, ActionResult::Abandon)
+    );
+}
+
+#[test]
+fn a_record_whose_seed_never_served_and_is_gone_is_reseeded() {
+    let g = given(vec![inst(3, PendingWait), inst(2, PendingWait)]).bootstrapping(1);
+    let Step::ReseedCluster { old, new } = g.plan() else {
+        panic!("{:?}", g.plan())
+    };
+    assert_eq!(old.seed, i(1));
+    assert_eq!(new.seed, i(2));
+    assert_ne!(new.token, old.token, "a new cluster never reuses the token");
+    assert!(!new.has_served());
+    // Leaving counts as gone: its terminate action is released first.
+    let g = given(vec![inst(1, TerminatingWait), inst(2, PendingWait)]).bootstrapping(1);
+    assert_eq!(
+        g.plan(),
+        complete(1, Transition::Terminate, ActionResult::Continue)
+    );
+    // Nobody to seed: wait for a launch.
+    let g = given(vec![inst(2, InService)]).bootstrapping(1);
+    assert_eq!(g.plan(), Step::Wait(Wait::NoSeed));
+}
+
+#[test]
+fn a_record_that_served_is_never_reseeded() {
+    let g = given(vec![inst(2, PendingWait)]).record(1);
+    assert!(matches!(
+        g.plan(),
+        Step::Wait(Wait::ClusterUnreachable { .. })
+    ));
+    // Nor is a record written before `state` existed.
+    let legacy: ClusterRecord =
+        serde_json::from_str(r#"{"token":"etcd-i-00000001","seed":"i-00000001","created_at":1}"#)
+            .unwrap();
+    let mut g = given(vec![inst(2, PendingWait)]);
+    g.obs.published.cluster = Some(legacy);
+    assert!(matches!(
+        g.plan(),
+        Step::Wait(Wait::ClusterUnreachable { .. })
+    ));
+}
+
+#[test]
+fn the_record_notes_that_the_cluster_served_with_its_id() {
+    let g = given(vec![inst(1, PendingWait)])
+        .bootstrapping(1)
+        .members(vec![voter(1)]);
+    let Step::MarkServed(r) = g.plan() else {
+        panic!("{:?}", g.plan())
+    };
+    assert!(r.has_served());
+    assert_eq!(r.cluster_id, Some(7));
+    assert_eq!(r.seed, i(1));
+}
+
+#[test]
+fn a_member_of_another_cluster_is_never_believed() {
+    let mut g = given(vec![inst(1, InService), inst(2, PendingWait)])
+        .record(1)
+        .members(vec![voter(1)]);
+    g.obs.published.cluster.as_mut().unwrap().cluster_id = Some(8);
+    assert!(matches!(
+        g.plan(),
+        Step::Wait(Wait::ClusterUnreachable { .. })
+    ));
+}
+
+// The last voter.
+
+#[test]
+fn the_last_voter_is_held_while_its_replacement_joins() {
+    let g = given(vec![inst(1, TerminatingWait), inst(2, PendingWait)])
+        .record(1)
+        .members(vec![voter(1)]);
+    assert_eq!(
+        g.plan(),
+        Step::AddLearner {
+            instance: i(2),
+            peer_url: peer(2)
+        }
+    );
+    assert!(g.waits().contains(&Wait::LastVoterHeld {
+        instance: i(1),
+        replacement: i(2)
+    }));
+    // Once the replacement is a voter, leadership moves and the old one goes.
+    let g = given(vec![inst(1, TerminatingWait), inst(2, PendingWait)])
+        .record(1)
+        .members(vec![voter(1), voter(2)])
+        .leader(1);
+    assert!(
+        matches!(g.plan(), Step::TransferLeadership { from, to, .. } if from == id(1) && to == id(2))
+    );
+}
+
+// Identity.
+
+#[test]
+fn a_new_instance_on_a_dead_members_address_does_not_inherit_it() {
+    // Instance 4 got 2's old address; member 2 (started, named i-00000002) is dead and gone.
+    let mut four = inst(4, PendingWait);
+    four.address = Some(addr(2));
+    let g = given(vec![inst(1, InService), inst(3, InService), four.clone()])
+        .record(1)
+        .members(vec![voter(1), voter(2), voter(3)])
+        .unhealthy(2);
+    assert_eq!(
+        g.plan(),
+        Step::RemoveMember {
+            member: id(2),
+            instance: None,
+            reason: Removal::InstanceGone
+        }
+    );
+    // While the dead member cannot be removed, 4 is neither completed nor added: it waits.
+    let g = given(vec![inst(1, InService), four])
+        .record(1)
+        .members(vec![voter(1), voter(2), voter(3)])
+        .unhealthy(2)
+        .unhealthy(3);
+    let plan = g.plan();
+    assert!(matches!(plan, Step::Wait(_)), "{plan:?}");
+    assert!(g.waits().contains(&Wait::PeerUrlTaken {
+        instance: i(4),
+        member: id(2)
+    }));
 }

@@ -2,12 +2,24 @@
 //! (duplicated, reordered, lost, concurrent), then the cluster converges with no step repeated.
 
 use super::*;
+use crate::error::Refusal;
 use crate::fake::Fake;
 use crate::model::{InitialState, LifecycleState};
 use serde_json::json;
 
 fn reconciler(world: &Fake) -> Reconciler<Fake, Fake, Fake, Fake> {
+    reconciler_with(world, &[])
+}
+
+fn reconciler_with(world: &Fake, extra: &[(&str, &str)]) -> Reconciler<Fake, Fake, Fake, Fake> {
+    let extra: Vec<(String, String)> = extra
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     let config = Config::from_lookup(|k| {
+        if let Some((_, v)) = extra.iter().find(|(key, _)| key == k) {
+            return Some(v.clone());
+        }
         match k {
             "ASG_NAME" => Some("etcd"),
             "LAUNCH_HOOK_NAME" => Some("etcd-launch"),
@@ -168,6 +180,7 @@ async fn a_duplicate_event_is_a_no_op() {
             steps,
             waiting,
             stats,
+            ..
         } = resp
         else {
             panic!("{resp:?}")
@@ -284,7 +297,7 @@ async fn a_cluster_nobody_can_reach_is_never_bootstrapped_again() {
     let before = world.calls();
     let resp = reconciler(&world).handle(&schedule(), far()).await.unwrap();
     assert!(
-        matches!(&resp, Response::Reconciled { waiting: Some(w), .. } if w.contains("ClusterUnreachable")),
+        matches!(&resp, Response::Reconciled { waiting: Some(w), .. } if w.starts_with("cluster-unreachable")),
         "{resp:?}"
     );
     assert_eq!(world.calls(), before, "no membership change, no heartbeat");
@@ -318,4 +331,266 @@ async fn a_learner_that_never_starts_is_removed_and_its_launch_abandoned() {
     );
     assert_eq!(w.members.len(), 3);
     assert!(w.instances.iter().all(|i| i.id != id));
+}
+
+// Compound faults (issue 7).
+
+fn reconciled(resp: &Response) -> (&Vec<String>, Option<&str>, &Vec<HeldTermination>) {
+    match resp {
+        Response::Reconciled {
+            steps,
+            waiting,
+            held_for_quorum,
+            ..
+        } => (steps, waiting.as_deref(), held_for_quorum),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_termination_with_another_member_down_is_held_then_unblocked_by_replacing_the_dead_one() {
+    let world = three_member_cluster().await;
+    let (m2, m3) = {
+        let w = world.world();
+        let id = |name: &str| w.members.iter().find(|m| m.name == name).unwrap().id;
+        (id("i-00000002"), id("i-00000003"))
+    };
+    // 2's etcd dies on a running instance; then 3 is terminated.
+    world.world().dead.insert("i-00000002".into());
+    world.start_terminating("i-00000003");
+    let r = reconciler(&world);
+    let resp = r
+        .handle(&lifecycle_event("terminate", "i-00000003"), far())
+        .await
+        .unwrap();
+    let (_, waiting, held) = reconciled(&resp);
+    assert!(
+        waiting.unwrap().starts_with("quorum-guard i-00000003"),
+        "{resp:?}"
+    );
+    assert_eq!(
+        held,
+        &vec![HeldTermination {
+            instance: "i-00000003".into(),
+            member: m3.to_string(),
+            blocking: vec![m2.to_string()],
+        }]
+    );
+    let calls = world.calls();
+    assert!(!calls.contains(&format!("remove {m3}")), "{calls:#?}");
+    assert!(
+        calls.contains(&"heartbeat terminate i-00000003".to_string()),
+        "{calls:#?}"
+    );
+    assert!(
+        calls.contains(&"note-down i-00000002".to_string()),
+        "{calls:#?}"
+    );
+
+    // Still held as time passes, heartbeat after heartbeat, until 2 has been down long enough.
+    world.world().now += 200;
+    r.handle(&schedule(), far()).await.unwrap();
+    assert!(!world.calls().iter().any(|c| c.starts_with("set-unhealthy")));
+    world.world().now += 200;
+    r.handle(&schedule(), far()).await.unwrap();
+    assert!(world
+        .calls()
+        .contains(&"set-unhealthy i-00000002".to_string()));
+    // The group replaces 2 (terminate hook, new instance); the dead member goes first, then 3.
+    world.replace_unhealthy(4);
+    converge(&world, &[schedule()]).await;
+    let calls = world.calls();
+    let pos = |c: String| calls.iter().position(|x| *x == c).unwrap();
+    assert!(
+        pos(format!("remove {m2}")) < pos(format!("remove {m3}")),
+        "{calls:#?}"
+    );
+    assert_converged(&world);
+    let w = world.world();
+    let names: Vec<&str> = w.members.iter().map(|m| m.name.as_str()).collect();
+    assert!(
+        names.contains(&"i-00000004") && names.len() == 2,
+        "{names:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_not_yet_refusal_is_a_wait_with_heartbeats_not_a_failed_invocation() {
+    let world = three_member_cluster().await;
+    world.world().refuse = Some(Refusal::UnhealthyCluster);
+    world.start_terminating("i-00000003");
+    let resp = reconciler(&world)
+        .handle(&lifecycle_event("terminate", "i-00000003"), far())
+        .await
+        .expect("a refusal that means not yet is not an error");
+    let (_, waiting, _) = reconciled(&resp);
+    assert!(waiting.unwrap().starts_with("refused-for-now"), "{resp:?}");
+    assert!(world
+        .calls()
+        .contains(&"heartbeat terminate i-00000003".to_string()));
+    // Once etcd agrees, the same termination goes through.
+    world.world().refuse = None;
+    converge(&world, &[schedule()]).await;
+    assert_eq!(world.world().members.len(), 2);
+}
+
+#[tokio::test]
+async fn a_completion_aws_still_shows_pending_is_not_repeated() {
+    let world = three_member_cluster().await;
+    world.start_terminating("i-00000003");
+    world.world().refuse = None;
+    let r = reconciler(&world);
+    // Remove the member first, then have AWS keep showing the action after every completion.
+    world.world().stale_completions = true;
+    let resp = r.handle(&schedule(), far()).await.unwrap();
+    let completions = world
+        .calls()
+        .iter()
+        .filter(|c| c.starts_with("complete terminate i-00000003"))
+        .count();
+    assert_eq!(completions, 1, "{:#?}", world.calls());
+    let (_, waiting, _) = reconciled(&resp);
+    assert!(
+        waiting.unwrap().starts_with("not-yet-visible i-00000003"),
+        "{resp:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_scheduled_run_that_only_waits_returns_at_once() {
+    let world = three_member_cluster().await;
+    world.launch(4);
+    // A long budget: a lifecycle event would poll for the learner; the schedule must not.
+    let r = reconciler_with(
+        &world,
+        &[("WAIT_BUDGET_SECS", "600"), ("POLL_INTERVAL_MS", "50")],
+    );
+    r.handle(&schedule(), far()).await.unwrap(); // adds the learner, publishes, returns
+    let began = Instant::now();
+    let resp = r.handle(&schedule(), far()).await.unwrap();
+    let (steps, waiting, _) = reconciled(&resp);
+    assert!(
+        steps.is_empty() && waiting.unwrap().starts_with("learner-starting"),
+        "{resp:?}"
+    );
+    assert!(began.elapsed() < Duration::from_secs(5));
+    let Response::Reconciled { stats, .. } = resp else {
+        unreachable!()
+    };
+    assert_eq!(stats.waited_ms, 0);
+}
+
+#[tokio::test]
+async fn a_seed_that_never_serves_is_abandoned_and_the_cluster_reseeded() {
+    let world = Fake::default();
+    for n in 1..=3 {
+        world.launch(n);
+    }
+    world.world().dead.insert("i-00000001".into());
+    let r = reconciler(&world);
+    r.handle(&schedule(), far()).await.unwrap(); // record, seed 1's config
+    world.world().now += 10_000; // past the start timeout
+    r.handle(&schedule(), far()).await.unwrap(); // abandon 1, re-seed with 2
+    {
+        let w = world.world();
+        assert!(
+            w.calls
+                .contains(&"complete launch i-00000001 ABANDON".to_string()),
+            "{:#?}",
+            w.calls
+        );
+        assert!(
+            w.calls
+                .contains(&"reseed i-00000001 -> i-00000002".to_string()),
+            "{:#?}",
+            w.calls
+        );
+        assert_eq!(w.record.as_ref().unwrap().seed, "i-00000002");
+    }
+    world.launch(4); // the group replaces the abandoned instance
+    converge(&world, &[schedule()]).await;
+    assert_converged(&world);
+    let w = world.world();
+    let record = w.record.as_ref().unwrap();
+    assert!(
+        record.has_served() && record.cluster_id == Some(1),
+        "{record:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_cluster_of_one_is_replaced_before_its_last_voter_is_removed() {
+    let world = Fake::default();
+    world.launch(1);
+    converge(&world, &[schedule()]).await;
+    assert_converged(&world);
+    // A replacement launches first (the group's maintenance policy), then the old one leaves.
+    world.launch(2);
+    world.start_terminating("i-00000001");
+    converge(&world, &[schedule()]).await;
+    assert_converged(&world);
+    let w = world.world();
+    assert_eq!(w.members.len(), 1);
+    assert_eq!(w.members[0].name, "i-00000002");
+    let calls = &w.calls;
+    let added = calls
+        .iter()
+        .position(|c| c.starts_with("add-learner"))
+        .unwrap();
+    let removed = calls.iter().position(|c| c.starts_with("remove")).unwrap();
+    assert!(added < removed, "{calls:#?}");
+}
+
+#[tokio::test]
+async fn a_new_instance_on_a_dead_members_address_joins_after_that_member_is_removed() {
+    let world = three_member_cluster().await;
+    // 2 vanishes (no hook, no event); 4 comes up on 2's old address.
+    world.world().instances.retain(|i| i.id != "i-00000002");
+    let four = world.launch(4);
+    world
+        .world()
+        .instances
+        .iter_mut()
+        .find(|i| i.id == four)
+        .unwrap()
+        .address = Some("10.0.0.2".into());
+    converge(&world, &[schedule()]).await;
+    assert_converged(&world);
+    let w = world.world();
+    let names: Vec<&str> = w.members.iter().map(|m| m.name.as_str()).collect();
+    assert!(
+        names.contains(&"i-00000004") && !names.contains(&"i-00000002"),
+        "{names:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_hook_stops_the_function_at_cold_start_naming_it() {
+    let world = Fake::default();
+    world.world().hooks = Some(vec!["etcd-launch".into()]);
+    let e = reconciler(&world).check_hooks().await.unwrap_err();
+    assert_eq!(e.kind(), "Fatal.Config");
+    let text = e.to_string();
+    assert!(
+        text.contains("TERMINATE_HOOK_NAME") && text.contains("etcd-terminate"),
+        "{text}"
+    );
+    world.world().hooks = None;
+    reconciler(&world).check_hooks().await.unwrap();
+}
+
+#[tokio::test]
+async fn warm_pool_instances_are_let_through_and_never_join() {
+    let world = three_member_cluster().await;
+    let mut e = lifecycle_event("launch", "i-0000000a");
+    e["detail"]["Origin"] = json!("EC2");
+    e["detail"]["Destination"] = json!("WarmPool");
+    let before = world.world().members.clone();
+    let resp = reconciler(&world).handle(&e, far()).await.unwrap();
+    let (steps, _, _) = reconciled(&resp);
+    assert_eq!(steps.len(), 1, "{resp:?}");
+    assert!(world
+        .calls()
+        .contains(&"complete launch i-0000000a CONTINUE".to_string()));
+    assert_eq!(world.world().members, before);
 }

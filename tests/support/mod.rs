@@ -39,6 +39,14 @@ impl Drop for Proc {
     }
 }
 
+/// The etcd under test: `ETCD_BIN` (the Makefile sets it per etcd version), else `etcd` on PATH.
+pub fn etcd_bin() -> String {
+    std::env::var("ETCD_BIN")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "etcd".into())
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -80,7 +88,7 @@ impl Etcd {
 
     /// `initial_cluster` as etcd wants it; `state` is "new" or "existing".
     pub fn start(&mut self, initial_cluster: &str, state: &str) {
-        let mut cmd = Command::new("etcd");
+        let mut cmd = Command::new(etcd_bin());
         cmd.env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .args(["--name", &self.name])
