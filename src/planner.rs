@@ -584,9 +584,10 @@ impl<'a> Planner<'a> {
                 // The last voter: replace before remove. With a replacement on its way, hold the
                 // instance until it has joined and been promoted; with none (the group scaled
                 // to zero), the cluster ends with it.
-                let replacement = by_age(&self.obs.instances).into_iter().find(|r| {
-                    r.id != i.id && r.state.wants_membership() && r.healthy && r.address.is_some()
-                });
+                // (Its address may not be known yet: it is a replacement all the same.)
+                let replacement = by_age(&self.obs.instances)
+                    .into_iter()
+                    .find(|r| r.id != i.id && r.state.wants_membership() && r.healthy);
                 out.push(match replacement {
                     Some(r) => Step::Wait(Wait::LastVoterHeld {
                         instance: i.id.clone(),

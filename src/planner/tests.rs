@@ -970,6 +970,19 @@ fn the_last_voter_is_held_while_its_replacement_joins() {
         instance: i(1),
         replacement: i(2)
     }));
+    // A replacement whose address EC2 has not reported yet still holds the last voter.
+    let mut bare = inst(2, PendingWait);
+    bare.address = None;
+    let g = given(vec![inst(1, TerminatingWait), bare])
+        .record(1)
+        .members(vec![voter(1)]);
+    assert_eq!(
+        g.plan(),
+        Step::Wait(Wait::LastVoterHeld {
+            instance: i(1),
+            replacement: i(2)
+        })
+    );
     // Once the replacement is a voter, leadership moves and the old one goes.
     let g = given(vec![inst(1, TerminatingWait), inst(2, PendingWait)])
         .record(1)

@@ -1,0 +1,103 @@
+"""Compound faults on real etcd: a termination while another member is down, a seed that never
+boots, a cluster of one replaced, a function whose hook is missing."""
+
+import json
+import time
+
+import pytest
+
+from conftest import invocation_outcomes
+from sim import etcd
+
+
+def _member_names(sim) -> set[str]:
+    listed = sim.member_list()
+    return {m.get("name", "") for m in listed[1]} if listed else set()
+
+
+def _wait_for(what, timeout, check):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_a_termination_while_another_member_is_down_is_held_until_the_dead_member_is_replaced(simulation):
+    sim = simulation(function_env={"UNHEALTHY_REPLACE_SECS": "12"})
+    sim.start_writer()
+    sim.scale(3)
+    sim.wait_converged(3, label="bootstrap")
+    first, dead, leaving = sorted(i["InstanceId"] for i in sim.group_instances())
+    # dead's etcd dies on an instance that stays in service; then leaving is scaled in.
+    sim.kill_instance(dead)
+    sim.terminate(leaving, decrement=True)
+
+    def held():
+        for _, body in invocation_outcomes(sim):
+            for h in (body or {}).get("held_for_quorum", []):
+                if h["instance"] == leaving:
+                    return h
+        return None
+
+    hold = _wait_for("the quorum guard to hold the termination", 60, held)
+    assert hold["blocking"], hold
+    # Held, not removed: removing a live member with another down would have lost quorum.
+    assert leaving in _member_names(sim)
+    state = {i["InstanceId"]: i["LifecycleState"] for i in sim.group_instances()}
+    assert state[leaving] == "Terminating:Wait", state
+    # The dead member's instance is replaced after UNHEALTHY_REPLACE_SECS; its removal unblocks
+    # the held termination; the replacement joins.
+    sim.wait_converged(2, label="dead member replaced, termination released", timeout=180)
+    ids = {i["InstanceId"] for i in sim.group_instances()}
+    assert first in ids and dead not in ids and leaving not in ids, ids
+    marked = [h["InstanceId"] for h in sim.drain("health")]
+    assert dead in marked, marked
+    sim.writer.stop()
+    assert sim.writer.lost() == []
+    assert all(o == "ok" for o, _ in invocation_outcomes(sim)), [
+        b for o, b in invocation_outcomes(sim) if o != "ok"]
+
+
+def test_a_seed_that_never_boots_is_abandoned_and_another_seeds_the_cluster(simulation):
+    sim = simulation(function_env={"LEARNER_START_TIMEOUT_SECS": "10"})
+    # The first instance is the seed, and it never boots (a broken AMI, a failed download).
+    sim.dead_on_arrival = 1
+    sim.scale(1)
+    sim.wait_converged(1, label="re-seeded bootstrap", timeout=120)
+    (dead,) = sim.never_booted
+    record = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
+    assert record["seed"] != dead, record
+    assert record["state"] == "served" and record["cluster_id"] == sim.cluster_id, record
+    fences = [k for k in sim.parameters() if k.startswith(f"{sim.prefix}/superseded/")]
+    assert len(fences) == 1 and fences[0].startswith(f"{sim.prefix}/superseded/{dead}-"), fences
+    sim.scale(3)
+    sim.wait_converged(3, label="grown from the new seed")
+
+
+def test_a_cluster_of_one_keeps_its_data_through_a_replacement(simulation):
+    sim = simulation()
+    sim.scale(1)
+    sim.wait_converged(1, label="one member")
+    (old,) = (i["InstanceId"] for i in sim.group_instances())
+    etcd.put(sim.client_url(old), "/kept", "through the replacement")
+    # Launch before terminate, as the template's instance maintenance policy has it.
+    sim.scale(2)
+    sim.terminate(old, decrement=True)
+    sim.wait_converged(1, label="replaced", timeout=120)
+    (new,) = (i["InstanceId"] for i in sim.group_instances())
+    assert new != old
+    assert etcd.keys_with_prefix(sim.client_url(new), "/kept") == {"/kept"}
+    # The old member was held (not removed, not released) while the new one joined.
+    with open(f"{sim.workdir}/function.log") as f:
+        log = f.read()
+    assert "LastVoterHeld" in log and old in log
+
+
+def test_a_missing_hook_stops_the_function_at_cold_start_naming_it(simulation):
+    with pytest.raises(RuntimeError) as failed:
+        simulation(function_env={"TERMINATE_HOOK_NAME": "not-a-hook-of-the-group"})
+    text = str(failed.value)
+    assert "TERMINATE_HOOK_NAME" in text and "not-a-hook-of-the-group" in text, text
