@@ -20,14 +20,17 @@ impl Scheme {
     }
 }
 
-/// How etcd members reach each other and how clients reach them: what the planner needs to turn an
-/// instance address into URLs.
+/// How etcd members reach each other and how clients reach them, and the storage settings every
+/// member starts with: what the planner needs to turn an instance address into a member config.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Topology {
     pub peer_scheme: Scheme,
     pub peer_port: u16,
     pub client_scheme: Scheme,
     pub client_port: u16,
+    /// etcd's periodic auto-compaction retention (`1h`, `30m`, or whole hours).
+    pub auto_compaction_retention: String,
+    pub quota_backend_bytes: u64,
 }
 
 impl Topology {
@@ -65,9 +68,14 @@ impl Topology {
             token,
             peer_url: self.peer_url(address),
             client_url: self.client_url(address),
+            auto_compaction_retention: self.auto_compaction_retention.clone(),
+            quota_backend_bytes: self.quota_backend_bytes,
         }
     }
 }
+
+/// etcd's advice: a backend quota above 8 GiB is not supported well.
+pub const MAX_QUOTA_BACKEND_BYTES: u64 = 8 << 30;
 
 fn host(address: &str) -> String {
     if address.contains(':') {
@@ -104,6 +112,10 @@ pub struct Settings {
     /// How long a voter's etcd may be down while its instance is in service before the function
     /// has the group replace the instance.
     pub unhealthy_replace_secs: i64,
+    /// Defragment a member when at least this share of its database file is free...
+    pub defrag_free_percent: u64,
+    /// ...and the file is at least this large.
+    pub defrag_min_bytes: u64,
 }
 
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -146,6 +158,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("ETCD_REQUEST_TIMEOUT_MS", "3000"),
     ("LEARNER_START_TIMEOUT_SECS", "900"),
     ("UNHEALTHY_REPLACE_SECS", "300"),
+    ("AUTO_COMPACTION_RETENTION", "1h"),
+    ("QUOTA_BACKEND_BYTES", "2147483648"),
+    ("DEFRAG_FREE_PERCENT", "50"),
+    ("DEFRAG_MIN_BYTES", "104857600"),
     ("WAIT_BUDGET_SECS", "120"),
     ("POLL_INTERVAL_MS", "2000"),
     ("DEADLINE_MARGIN_MS", "5000"),
@@ -229,6 +245,14 @@ impl Config {
             peer_port: number(&get, "ETCD_PEER_PORT", 2380, 1, 65535)? as u16,
             client_scheme: scheme(&get, "ETCD_CLIENT_SCHEME")?,
             client_port: number(&get, "ETCD_CLIENT_PORT", 2379, 1, 65535)? as u16,
+            auto_compaction_retention: retention(&get)?,
+            quota_backend_bytes: number(
+                &get,
+                "QUOTA_BACKEND_BYTES",
+                2 << 30,
+                16 << 20,
+                MAX_QUOTA_BACKEND_BYTES,
+            )?,
         };
         Ok(Self {
             group_name,
@@ -249,6 +273,14 @@ impl Config {
                 )? as i64,
                 unhealthy_replace_secs: number(&get, "UNHEALTHY_REPLACE_SECS", 300, 10, 86_400)?
                     as i64,
+                defrag_free_percent: number(&get, "DEFRAG_FREE_PERCENT", 50, 10, 95)?,
+                defrag_min_bytes: number(
+                    &get,
+                    "DEFRAG_MIN_BYTES",
+                    100 << 20,
+                    0,
+                    MAX_QUOTA_BACKEND_BYTES,
+                )?,
             },
             etcd_timeout: Duration::from_millis(number(
                 &get,
@@ -300,6 +332,32 @@ fn name_value(var: &str, value: String) -> Result<String, Error> {
         ));
     }
     Ok(value)
+}
+
+/// etcd's `--auto-compaction-retention` in periodic mode: a Go duration of hours, minutes or
+/// seconds (`1h`, `30m`, `90s`), or a whole number of hours. At least a minute: less would compact
+/// away what watchers still need.
+fn retention(get: &impl Fn(&str) -> Option<String>) -> Result<String, Error> {
+    let var = "AUTO_COMPACTION_RETENTION";
+    let Some(raw) = get(var) else {
+        return Ok("1h".into());
+    };
+    let v = raw.trim();
+    let (digits, unit) = v.split_at(v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len()));
+    let secs = digits.parse::<u64>().ok().and_then(|n| match unit {
+        "" | "h" => n.checked_mul(3600),
+        "m" => n.checked_mul(60),
+        "s" => Some(n),
+        _ => None,
+    });
+    match secs {
+        Some(s) if (60..=366 * 86_400).contains(&s) => Ok(v.to_string()),
+        _ => Err(bad(
+            var,
+            &raw,
+            "must be a duration of at least a minute and at most a year: '1h', '30m', '90s' or whole hours",
+        )),
+    }
 }
 
 fn scheme(get: &impl Fn(&str) -> Option<String>, var: &str) -> Result<Scheme, Error> {
@@ -422,6 +480,20 @@ mod tests {
         assert!(e.contains("CLUSTER_NAME"), "{e}");
         let e = error_text(&[("TERMINATE_HOOK_NAME", "etcd-launch")]);
         assert!(e.contains("TERMINATE_HOOK_NAME"), "{e}");
+        let e = error_text(&[("QUOTA_BACKEND_BYTES", "17179869184")]);
+        assert!(
+            e.contains("QUOTA_BACKEND_BYTES") && e.contains("17179869184"),
+            "{e}"
+        );
+        let e = error_text(&[("AUTO_COMPACTION_RETENTION", "1 day")]);
+        assert!(
+            e.contains("AUTO_COMPACTION_RETENTION") && e.contains("1 day"),
+            "{e}"
+        );
+        let e = error_text(&[("AUTO_COMPACTION_RETENTION", "10s")]);
+        assert!(e.contains("AUTO_COMPACTION_RETENTION"), "{e}");
+        let c = Config::from_lookup(env(&[("AUTO_COMPACTION_RETENTION", "30m")])).unwrap();
+        assert_eq!(c.settings.topology.auto_compaction_retention, "30m");
         let e = Config::from_lookup(|_| None).unwrap_err().to_string();
         assert!(e.contains("ASG_NAME") && e.contains("required"), "{e}");
     }

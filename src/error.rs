@@ -19,6 +19,8 @@ pub enum Refusal {
     UnhealthyCluster,
     NotSupportedForLearner,
     NoLeader,
+    AlreadyCompacted,
+    NoSpace,
     Other,
 }
 
@@ -44,6 +46,11 @@ impl Refusal {
                 Refusal::NotSupportedForLearner,
             ),
             ("no leader", Refusal::NoLeader),
+            (
+                "required revision has been compacted",
+                Refusal::AlreadyCompacted,
+            ),
+            ("database space exceeded", Refusal::NoSpace),
         ];
         let lower = message.to_ascii_lowercase();
         KNOWN

@@ -34,6 +34,12 @@ pub struct World {
     pub refuse: Option<Refusal>,
     /// Completions succeed but the group keeps showing the action (eventual consistency).
     pub stale_completions: bool,
+    /// Each member's database, by member id; members without an entry report an empty one.
+    pub db: BTreeMap<MemberId, MemberStatus>,
+    /// Bytes the live data takes, what a compaction leaves in use.
+    pub live_bytes: u64,
+    pub alarms: Vec<Alarm>,
+    pub compacted: i64,
 }
 
 #[derive(Clone, Default)]
@@ -329,6 +335,13 @@ impl Members for Fake {
                     .map(|m| m.id)
                     .collect(),
                 endpoint: endpoint.clone(),
+                statuses: w
+                    .members
+                    .iter()
+                    .filter(|m| w.live(m))
+                    .map(|m| (m.id, w.db.get(&m.id).cloned().unwrap_or_default()))
+                    .collect(),
+                alarms: w.alarms.clone(),
             }),
             _ => ClusterState::Unreachable {
                 detail: "no endpoint answered".into(),
@@ -409,6 +422,43 @@ impl Members for Fake {
             }
         }
         w.members.retain(|m| m.id != id);
+        Ok(())
+    }
+
+    async fn compact(&self, _endpoint: &str, revision: i64) -> Result<Compacted, Error> {
+        let mut w = self.world();
+        w.calls.push(format!("compact {revision}"));
+        if revision <= w.compacted {
+            return Ok(Compacted::Already);
+        }
+        w.compacted = revision;
+        let live = w.live_bytes;
+        for s in w.db.values_mut() {
+            s.db_size_in_use = live.min(s.db_size);
+        }
+        Ok(Compacted::Now)
+    }
+
+    async fn defragment(&self, endpoint: &str) -> Result<(), Error> {
+        let mut w = self.world();
+        w.calls.push(format!("defragment {endpoint}"));
+        let id = w
+            .members
+            .iter()
+            .find(|m| m.client_urls.iter().any(|u| u == endpoint))
+            .map(|m| m.id)
+            .ok_or_else(|| refused("defragment", Refusal::MemberNotFound))?;
+        if let Some(s) = w.db.get_mut(&id) {
+            s.db_size = s.db_size_in_use;
+        }
+        Ok(())
+    }
+
+    async fn disarm(&self, _endpoint: &str, alarm: &Alarm) -> Result<(), Error> {
+        let mut w = self.world();
+        w.calls
+            .push(format!("disarm {} {}", alarm.kind, alarm.member));
+        w.alarms.retain(|a| a != alarm);
         Ok(())
     }
 

@@ -7,6 +7,7 @@ pub mod adapters;
 pub mod config;
 pub mod error;
 pub mod event;
+pub mod maintenance;
 pub mod model;
 pub mod planner;
 pub mod ports;

@@ -156,6 +156,34 @@ pub struct ClusterView {
     pub healthy: BTreeSet<MemberId>,
     /// The client URL that answered the member list: a voting member, so membership calls go there.
     pub endpoint: String,
+    /// What each answering member said of itself.
+    pub statuses: BTreeMap<MemberId, MemberStatus>,
+    /// The cluster's active alarms.
+    pub alarms: Vec<Alarm>,
+}
+
+/// One member's own status: its database file and how much of it is in use, its version, and
+/// the revision it has applied.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct MemberStatus {
+    pub db_size: u64,
+    pub db_size_in_use: u64,
+    pub version: String,
+    pub revision: i64,
+}
+
+impl MemberStatus {
+    /// Bytes of the file that hold no data (reclaimed by defragmentation).
+    pub fn free(&self) -> u64 {
+        self.db_size.saturating_sub(self.db_size_in_use)
+    }
+}
+
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Alarm {
+    pub member: MemberId,
+    /// As etcd names it: `NOSPACE`, `CORRUPT`.
+    pub kind: String,
 }
 
 impl ClusterView {
@@ -245,6 +273,8 @@ pub struct MemberConfig {
     pub token: String,
     pub peer_url: String,
     pub client_url: String,
+    pub auto_compaction_retention: String,
+    pub quota_backend_bytes: u64,
 }
 
 impl MemberConfig {
@@ -259,13 +289,16 @@ impl MemberConfig {
         format!(
             "ETCD_NAME={}\nETCD_INITIAL_CLUSTER={}\nETCD_INITIAL_CLUSTER_STATE={}\n\
              ETCD_INITIAL_CLUSTER_TOKEN={}\nETCD_INITIAL_ADVERTISE_PEER_URLS={}\n\
-             ETCD_ADVERTISE_CLIENT_URLS={}\n",
+             ETCD_ADVERTISE_CLIENT_URLS={}\nETCD_AUTO_COMPACTION_MODE=periodic\n\
+             ETCD_AUTO_COMPACTION_RETENTION={}\nETCD_QUOTA_BACKEND_BYTES={}\n",
             self.name,
             cluster,
             self.state.as_str(),
             self.token,
             self.peer_url,
-            self.client_url
+            self.client_url,
+            self.auto_compaction_retention,
+            self.quota_backend_bytes
         )
     }
 
@@ -309,6 +342,10 @@ impl MemberConfig {
             token: get("ETCD_INITIAL_CLUSTER_TOKEN")?,
             peer_url: get("ETCD_INITIAL_ADVERTISE_PEER_URLS")?,
             client_url: get("ETCD_ADVERTISE_CLIENT_URLS")?,
+            auto_compaction_retention: get("ETCD_AUTO_COMPACTION_RETENTION")?,
+            quota_backend_bytes: get("ETCD_QUOTA_BACKEND_BYTES")?
+                .parse()
+                .map_err(|e| format!("ETCD_QUOTA_BACKEND_BYTES: {e}"))?,
         })
     }
 }
@@ -391,8 +428,12 @@ mod tests {
             token: "etcd-i-0aaa".into(),
             peer_url: "http://10.0.0.2:2380".into(),
             client_url: "http://10.0.0.2:2379".into(),
+            auto_compaction_retention: "1h".into(),
+            quota_backend_bytes: 2 << 30,
         };
         let env = cfg.to_env();
+        assert!(env.contains("ETCD_AUTO_COMPACTION_MODE=periodic\n"));
+        assert!(env.contains("ETCD_QUOTA_BACKEND_BYTES=2147483648\n"));
         assert!(env.contains(
             "ETCD_INITIAL_CLUSTER=i-0aaa=http://10.0.0.1:2380,i-0abc=http://10.0.0.2:2380\n"
         ));

@@ -24,8 +24,9 @@
 
 use crate::config::Settings;
 use crate::model::{
-    ActionResult, ClusterRecord, ClusterState, ClusterView, InitialState, Instance, LifecycleState,
-    Member, MemberConfig, MemberId, Observation, RecordState, Timestamp, Transition,
+    ActionResult, Alarm, ClusterRecord, ClusterState, ClusterView, InitialState, Instance,
+    LifecycleState, Member, MemberConfig, MemberId, Observation, RecordState, Timestamp,
+    Transition,
 };
 
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -83,6 +84,17 @@ pub enum Step {
         member: MemberId,
         down_secs: i64,
     },
+    /// Maintenance (`crate::maintenance`): compact the history up to `revision`.
+    Compact {
+        revision: i64,
+    },
+    /// Defragment one member, through its own client URL.
+    Defragment {
+        member: MemberId,
+        endpoint: String,
+    },
+    /// Deactivate an alarm once its cause is gone.
+    Disarm(Alarm),
     Wait(Wait),
     Idle,
 }
@@ -206,6 +218,9 @@ impl Step {
             Self::NoteDown { .. } => "note-down",
             Self::ForgetDown { .. } => "forget-down",
             Self::Replace { .. } => "replace-instance",
+            Self::Compact { .. } => "compact",
+            Self::Defragment { .. } => "defragment",
+            Self::Disarm(_) => "disarm-alarm",
             Self::Wait(_) => "wait",
             Self::Idle => "idle",
         }
@@ -233,7 +248,9 @@ impl Step {
         match self {
             Self::Promote { member, .. }
             | Self::RemoveMember { member, .. }
-            | Self::Replace { member, .. } => Some(*member),
+            | Self::Replace { member, .. }
+            | Self::Defragment { member, .. } => Some(*member),
+            Self::Disarm(a) => Some(a.member),
             Self::TransferLeadership { from, .. } => Some(*from),
             Self::Wait(w) => w.member(),
             _ => None,
@@ -309,6 +326,12 @@ pub fn assess(obs: &Observation, settings: &Settings) -> Plan {
                 Step::Wait(w) => waits.push(w),
                 step => return Plan { step, waits },
             }
+        }
+    }
+    // Maintenance ranks below membership: only when membership has nothing to do or wait for.
+    if waits.is_empty() {
+        if let Some(step) = crate::maintenance::plan(view, settings).into_iter().next() {
+            return stepping(step);
         }
     }
     // A short wait (something starting) is what an invocation may poll for: report it first.

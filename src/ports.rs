@@ -5,8 +5,8 @@ use std::future::Future;
 
 use crate::error::Error;
 use crate::model::{
-    ActionResult, ClusterRecord, ClusterState, Instance, MemberConfig, MemberId, PublishedState,
-    Timestamp, Transition,
+    ActionResult, Alarm, ClusterRecord, ClusterState, Instance, MemberConfig, MemberId,
+    PublishedState, Timestamp, Transition,
 };
 
 /// The group's instances with their lifecycle states and addresses.
@@ -40,6 +40,13 @@ pub trait Lifecycle: Send + Sync {
 
     /// The names of the hooks the group has.
     fn hook_names(&self) -> impl Future<Output = Result<Vec<String>, Error>> + Send;
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Compacted {
+    Now,
+    /// History was already compacted up to that revision.
+    Already,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -108,6 +115,18 @@ pub trait Members: Send + Sync {
         &self,
         endpoint: &str,
         id: MemberId,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+    fn compact(
+        &self,
+        endpoint: &str,
+        revision: i64,
+    ) -> impl Future<Output = Result<Compacted, Error>> + Send;
+    /// Defragments the member that `endpoint` belongs to.
+    fn defragment(&self, endpoint: &str) -> impl Future<Output = Result<(), Error>> + Send;
+    fn disarm(
+        &self,
+        endpoint: &str,
+        alarm: &Alarm,
     ) -> impl Future<Output = Result<(), Error>> + Send;
     /// Sent to the current leader.
     fn transfer_leadership(

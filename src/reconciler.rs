@@ -13,14 +13,17 @@ use tracing::{info, warn};
 use crate::config::Config;
 use crate::error::{Error, Refusal};
 use crate::event::{self, Expected, Trigger};
+use crate::maintenance;
 use crate::model::{
     ActionResult, ClusterState, ClusterView, MemberId, Observation, Timestamp, Transition,
 };
 use crate::planner::{self, Step, Wait};
-use crate::ports::{Completion, Created, Group, Lifecycle, Members, PublishedConfig};
+use crate::ports::{Compacted, Completion, Created, Group, Lifecycle, Members, PublishedConfig};
 
 /// Steps one invocation applies at most: a bound on a plan that would not converge.
 const MAX_STEPS: usize = 64;
+/// A defragmentation longer than this ends the invocation's maintenance.
+const LONG_DEFRAG: Duration = Duration::from_secs(5);
 
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
@@ -345,9 +348,14 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                 meter.sleep(self.config.poll_interval).await;
                 continue;
             }
+            let applying = Instant::now();
             match self.apply(&step, &obs, &meter).await {
                 Ok(outcome) => {
                     log_decision(&step, outcome);
+                    // A defragmentation blocks its member while it runs: after a long one, give
+                    // the clients a breather and leave the next member to a later invocation.
+                    let long_defrag =
+                        matches!(step, Step::Defragment { .. }) && applying.elapsed() > LONG_DEFRAG;
                     steps.push(describe(&step, outcome));
                     failures = 0;
                     last_wait = None;
@@ -357,6 +365,10 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                         std::process::abort();
                     }
                     last_applied = Some(step);
+                    if long_defrag {
+                        steps.push("pause: the defragmentation took long".into());
+                        return Ok(done(Some("maintenance-paused".into()), &meter, steps));
+                    }
                 }
                 Err(e) if e.is_retryable() => {
                     failures += 1;
@@ -459,6 +471,42 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                 warn!(%instance, %member, down_secs, "etcd down too long on an in-service instance: marking it Unhealthy so the group replaces it");
                 meter.aws(self.group.set_unhealthy(instance)).await?;
                 Ok("marked-unhealthy")
+            }
+            Step::Compact { revision } => {
+                let nospace = view.is_some_and(maintenance::nospace);
+                let r = meter
+                    .etcd(members.compact(&endpoint(None)?, *revision))
+                    .await?;
+                Ok(match r {
+                    Compacted::Now => {
+                        if nospace {
+                            warn!(
+                                revision,
+                                "NOSPACE: compacting all history up to the current revision"
+                            );
+                        }
+                        "compacted"
+                    }
+                    Compacted::Already if nospace => {
+                        tracing::error!(
+                            revision,
+                            quota = self.config.settings.topology.quota_backend_bytes,
+                            "NOSPACE: the live data alone fills the backend quota even with all \
+                             history compacted; the alarm stays until data is deleted or \
+                             QUOTA_BACKEND_BYTES is raised (new members only)"
+                        );
+                        "live-data-over-quota"
+                    }
+                    Compacted::Already => "already-compacted",
+                })
+            }
+            Step::Defragment { endpoint, .. } => {
+                meter.etcd(members.defragment(endpoint)).await?;
+                Ok("defragmented")
+            }
+            Step::Disarm(alarm) => {
+                meter.etcd(members.disarm(&endpoint(None)?, alarm)).await?;
+                Ok("disarmed")
             }
             Step::Publish { instance, config } => {
                 meter.aws(published.publish(instance, config)).await?;

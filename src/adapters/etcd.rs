@@ -10,11 +10,13 @@ use tokio::task::JoinSet;
 
 use crate::config::TlsFiles;
 use crate::error::{Error, Refusal};
-use crate::model::{ClusterState, ClusterView, Member, MemberId};
-use crate::ports::Members;
+use crate::model::{Alarm, ClusterState, ClusterView, Member, MemberId, MemberStatus};
+use crate::ports::{Compacted, Members};
 
 /// A health probe is one status call: it gets less time than a membership change.
 const HEALTH_TIMEOUT: Duration = Duration::from_millis(1000);
+/// Defragmenting a 2 GiB file takes tens of seconds on slow disks.
+const DEFRAG_TIMEOUT: Duration = Duration::from_secs(120);
 
 pub struct EtcdMembers {
     client: reqwest::Client,
@@ -80,8 +82,53 @@ struct ListResponse {
 
 #[derive(Deserialize)]
 struct StatusResponse {
+    #[serde(default)]
+    header: StatusHeader,
     #[serde(default, deserialize_with = "id")]
     leader: u64,
+    #[serde(rename = "dbSize", default, deserialize_with = "id")]
+    db_size: u64,
+    /// 3.4+; absent (0) means the same as the file.
+    #[serde(rename = "dbSizeInUse", default, deserialize_with = "id")]
+    db_size_in_use: u64,
+    #[serde(default)]
+    version: String,
+}
+
+#[derive(Deserialize, Default)]
+struct StatusHeader {
+    #[serde(default, deserialize_with = "id")]
+    revision: u64,
+}
+
+impl From<&StatusResponse> for MemberStatus {
+    fn from(s: &StatusResponse) -> Self {
+        MemberStatus {
+            db_size: s.db_size,
+            db_size_in_use: if s.db_size_in_use == 0 {
+                s.db_size
+            } else {
+                s.db_size_in_use
+            },
+            version: s.version.clone(),
+            revision: s.header.revision as i64,
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct AlarmResponse {
+    #[serde(default)]
+    alarms: Vec<WireAlarm>,
+}
+
+#[derive(Deserialize)]
+struct WireAlarm {
+    #[serde(rename = "memberID", default, deserialize_with = "id")]
+    member_id: u64,
+    /// Absent means NONE (protobuf's default).
+    #[serde(default)]
+    alarm: String,
 }
 
 #[derive(Deserialize)]
@@ -280,10 +327,12 @@ impl EtcdMembers {
             });
         }
         let mut healthy = std::collections::BTreeSet::new();
+        let mut statuses = std::collections::BTreeMap::new();
         let mut leader = None;
         while let Some(probe) = probes.join_next().await {
             if let Ok(Some((id, status))) = probe {
                 healthy.insert(id);
+                statuses.insert(id, MemberStatus::from(&status));
                 if id.0 == list.header.member_id {
                     leader = Some(status.leader);
                 }
@@ -297,9 +346,30 @@ impl EtcdMembers {
                 "the answering member knows no leader".into(),
             ));
         };
+        // Alarms are cluster-wide (raft state): any member answers for all.
+        let alarms: AlarmResponse = self
+            .call(
+                "alarm list",
+                endpoint,
+                "/v3/maintenance/alarm",
+                json!({"action": "GET"}),
+                None,
+            )
+            .await?;
+        let alarms = alarms
+            .alarms
+            .into_iter()
+            .filter(|a| !a.alarm.is_empty() && a.alarm != "NONE")
+            .map(|a| Alarm {
+                member: MemberId(a.member_id),
+                kind: a.alarm,
+            })
+            .collect();
         Ok(ClusterView {
             cluster_id: list.header.cluster_id,
             members,
+            statuses,
+            alarms,
             leader: Some(leader),
             healthy,
             endpoint: endpoint.to_string(),
@@ -360,6 +430,44 @@ impl Members for EtcdMembers {
     async fn remove(&self, endpoint: &str, id: MemberId) -> Result<(), Error> {
         let body = json!({"ID": id.0.to_string()});
         self.act("member remove", endpoint, "/v3/cluster/member/remove", body)
+            .await
+    }
+
+    /// Compacts the keyspace's history up to `revision`, waiting until it is physically applied.
+    /// Compacting to a revision already compacted is success.
+    async fn compact(&self, endpoint: &str, revision: i64) -> Result<Compacted, Error> {
+        let body = json!({"revision": revision.to_string(), "physical": true});
+        let r = self
+            .act("compact", endpoint, "/v3/kv/compaction", body)
+            .await;
+        match r {
+            Ok(()) => Ok(Compacted::Now),
+            Err(e) if e.refusal() == Some(Refusal::AlreadyCompacted) => Ok(Compacted::Already),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Defragments the member `endpoint` belongs to (and only it): it blocks reads and writes on
+    /// that member while it runs, so it gets a long timeout.
+    async fn defragment(&self, endpoint: &str) -> Result<(), Error> {
+        self.call::<Value>(
+            "defragment",
+            endpoint,
+            "/v3/maintenance/defragment",
+            json!({}),
+            Some(DEFRAG_TIMEOUT),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn disarm(&self, endpoint: &str, alarm: &Alarm) -> Result<(), Error> {
+        let body = json!({
+            "action": "DEACTIVATE",
+            "memberID": alarm.member.0.to_string(),
+            "alarm": alarm.kind,
+        });
+        self.act("alarm disarm", endpoint, "/v3/maintenance/alarm", body)
             .await
     }
 

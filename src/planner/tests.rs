@@ -11,10 +11,14 @@ fn settings() -> Settings {
             peer_port: 2380,
             client_scheme: Scheme::Http,
             client_port: 2379,
+            auto_compaction_retention: "1h".into(),
+            quota_backend_bytes: 2 << 30,
         },
         cluster_name: "etcd".into(),
         learner_start_timeout_secs: 600,
         unhealthy_replace_secs: 300,
+        defrag_free_percent: 50,
+        defrag_min_bytes: 100 << 20,
     }
 }
 
@@ -99,6 +103,8 @@ impl Given {
             leader,
             healthy,
             endpoint: "http://10.0.0.1:2379".into(),
+            statuses: Default::default(),
+            alarms: vec![],
         });
         self
     }
@@ -160,6 +166,8 @@ fn seed_config(n: u8) -> MemberConfig {
         token: format!("etcd-{}", i(n)),
         peer_url: peer(n),
         client_url: format!("http://10.0.0.{n}:2379"),
+        auto_compaction_retention: "1h".into(),
+        quota_backend_bytes: 2 << 30,
     }
 }
 

@@ -1,0 +1,263 @@
+//! The maintenance concern: keeping every member's database small and the cluster writable.
+//! Pure, like the membership planner, and ranked below it: `planner::assess` asks here only when
+//! membership has nothing to do and nothing to wait for (no member joining, leaving or down).
+//!
+//! Rules, in order:
+//! 1. defragment a member whose database file is mostly free space (`DEFRAG_FREE_PERCENT` of a
+//!    file of at least `DEFRAG_MIN_BYTES`; under `NOSPACE`, any member with a tenth free):
+//!    followers first, one at a time; the leader last, after moving leadership away;
+//! 2. under `NOSPACE` with nothing left to defragment: while the live data takes 90 % of the
+//!    quota, compact the history to the current revision (compaction answers "already compacted"
+//!    when the live data alone is too large: then the alarm stays, and an ERROR says so);
+//! 3. under `NOSPACE` once the data fits: disarm the alarm.
+//!
+//! Every voter must answer with its status, and every member be a started voter, or nothing here
+//! runs: defragmenting one member while another is down risks the quorum.
+
+use crate::config::Settings;
+use crate::model::{ClusterView, Member, MemberStatus};
+use crate::planner::Step;
+
+pub const NOSPACE: &str = "NOSPACE";
+
+/// Whether the cluster has raised the space alarm.
+pub fn nospace(view: &ClusterView) -> bool {
+    view.alarms.iter().any(|a| a.kind == NOSPACE)
+}
+
+/// Whether the live data takes 90 % of the quota or more.
+pub fn nearly_full(status: &MemberStatus, quota: u64) -> bool {
+    status.db_size_in_use.saturating_mul(10) >= quota.saturating_mul(9)
+}
+
+pub fn plan(view: &ClusterView, settings: &Settings) -> Vec<Step> {
+    let all_started_voters = view.members.iter().all(|m| !m.is_learner && m.is_started());
+    let all_answer = view
+        .members
+        .iter()
+        .all(|m| view.healthy.contains(&m.id) && view.statuses.contains_key(&m.id));
+    if view.members.is_empty() || !all_started_voters || !all_answer {
+        return vec![];
+    }
+    let nospace = nospace(view);
+    let needs_defrag = |s: &MemberStatus| {
+        if nospace {
+            s.free() > 0 && s.free().saturating_mul(10) >= s.db_size
+        } else {
+            s.db_size >= settings.defrag_min_bytes
+                && s.free().saturating_mul(100)
+                    >= s.db_size.saturating_mul(settings.defrag_free_percent)
+        }
+    };
+    let mut candidates: Vec<&Member> = view
+        .members
+        .iter()
+        .filter(|m| needs_defrag(&view.statuses[&m.id]))
+        .collect();
+    // Followers first (by id), the leader last.
+    candidates.sort_by_key(|m| (view.leader == Some(m.id), m.id));
+    if let Some(m) = candidates.first() {
+        let Some(endpoint) = m.client_urls.first() else {
+            return vec![];
+        };
+        if view.leader == Some(m.id) {
+            let to = view
+                .members
+                .iter()
+                .map(|o| o.id)
+                .filter(|&id| id != m.id)
+                .min();
+            if let Some(to) = to {
+                return vec![Step::TransferLeadership {
+                    from: m.id,
+                    to,
+                    leader_endpoint: endpoint.clone(),
+                }];
+            }
+        }
+        return vec![Step::Defragment {
+            member: m.id,
+            endpoint: endpoint.clone(),
+        }];
+    }
+    if !nospace {
+        return vec![];
+    }
+    let quota = settings.topology.quota_backend_bytes;
+    if view.statuses.values().any(|s| nearly_full(s, quota)) {
+        let revision = view
+            .statuses
+            .values()
+            .map(|s| s.revision)
+            .max()
+            .unwrap_or(0);
+        return vec![Step::Compact { revision }];
+    }
+    view.alarms
+        .iter()
+        .filter(|a| a.kind == NOSPACE)
+        .take(1)
+        .map(|a| Step::Disarm(a.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    //! Given the members' statuses and alarms, expect the maintenance step.
+
+    use super::*;
+    use crate::config::{Scheme, Topology};
+    use crate::model::{Alarm, MemberId};
+
+    const MIB: u64 = 1 << 20;
+
+    fn settings() -> Settings {
+        Settings {
+            topology: Topology {
+                peer_scheme: Scheme::Http,
+                peer_port: 2380,
+                client_scheme: Scheme::Http,
+                client_port: 2379,
+                auto_compaction_retention: "1h".into(),
+                quota_backend_bytes: 1000 * MIB,
+            },
+            cluster_name: "etcd".into(),
+            learner_start_timeout_secs: 600,
+            unhealthy_replace_secs: 300,
+            defrag_free_percent: 50,
+            defrag_min_bytes: 100 * MIB,
+        }
+    }
+
+    fn member(n: u64) -> Member {
+        Member {
+            id: MemberId(n),
+            name: format!("i-{n}"),
+            peer_urls: vec![format!("http://10.0.0.{n}:2380")],
+            client_urls: vec![format!("http://10.0.0.{n}:2379")],
+            is_learner: false,
+        }
+    }
+
+    /// Three voters, 1 leading, each with (file MiB, in-use MiB).
+    fn view(sizes: [(u64, u64); 3]) -> ClusterView {
+        let members: Vec<Member> = (1..=3).map(member).collect();
+        ClusterView {
+            cluster_id: 7,
+            healthy: members.iter().map(|m| m.id).collect(),
+            statuses: members
+                .iter()
+                .zip(sizes)
+                .map(|(m, (size, used))| {
+                    let s = MemberStatus {
+                        db_size: size * MIB,
+                        db_size_in_use: used * MIB,
+                        version: "3.5.1".into(),
+                        revision: 500 + m.id.0 as i64,
+                    };
+                    (m.id, s)
+                })
+                .collect(),
+            leader: Some(MemberId(1)),
+            endpoint: "http://10.0.0.1:2379".into(),
+            alarms: vec![],
+            members,
+        }
+    }
+
+    fn defrag(n: u64) -> Step {
+        Step::Defragment {
+            member: MemberId(n),
+            endpoint: format!("http://10.0.0.{n}:2379"),
+        }
+    }
+
+    fn nospace(mut v: ClusterView) -> ClusterView {
+        v.alarms.push(Alarm {
+            member: MemberId(2),
+            kind: NOSPACE.into(),
+        });
+        v
+    }
+
+    #[test]
+    fn a_compact_cluster_needs_nothing() {
+        assert_eq!(
+            plan(&view([(200, 190), (200, 150), (50, 10)]), &settings()),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn mostly_free_files_are_defragmented_followers_first() {
+        let v = view([(400, 100), (300, 100), (400, 100)]);
+        assert_eq!(plan(&v, &settings()), vec![defrag(2)]);
+    }
+
+    #[test]
+    fn the_leader_goes_last_after_handing_over() {
+        let v = view([(400, 100), (300, 290), (200, 190)]);
+        assert_eq!(
+            plan(&v, &settings()),
+            vec![Step::TransferLeadership {
+                from: MemberId(1),
+                to: MemberId(2),
+                leader_endpoint: "http://10.0.0.1:2379".into()
+            }]
+        );
+        let mut v = v;
+        v.leader = Some(MemberId(2));
+        assert_eq!(plan(&v, &settings()), vec![defrag(1)]);
+    }
+
+    #[test]
+    fn small_files_are_left_alone_however_free() {
+        let v = view([(90, 1), (90, 1), (90, 1)]);
+        assert_eq!(plan(&v, &settings()), vec![]);
+    }
+
+    #[test]
+    fn nothing_while_a_member_is_down_or_joining() {
+        let mut v = view([(400, 100), (400, 100), (400, 100)]);
+        v.healthy.remove(&MemberId(3));
+        assert_eq!(plan(&v, &settings()), vec![]);
+        let mut v = view([(400, 100), (400, 100), (400, 100)]);
+        v.members[2].is_learner = true;
+        assert_eq!(plan(&v, &settings()), vec![]);
+    }
+
+    #[test]
+    fn nospace_compacts_history_when_the_files_are_full_of_live_pages() {
+        let v = nospace(view([(1000, 990), (1000, 995), (1000, 990)]));
+        assert_eq!(plan(&v, &settings()), vec![Step::Compact { revision: 503 }]);
+    }
+
+    #[test]
+    fn nospace_then_defragments_every_member_then_disarms() {
+        // Compacted: the files are mostly free now.
+        let v = nospace(view([(1000, 100), (1000, 100), (1000, 100)]));
+        assert_eq!(plan(&v, &settings()), vec![defrag(2)]);
+        // Under NOSPACE even a modest free share is worth reclaiming.
+        let v = nospace(view([(120, 100), (100, 100), (100, 100)]));
+        assert!(matches!(
+            &plan(&v, &settings())[..],
+            [Step::TransferLeadership { .. }]
+        ));
+        let v = nospace(view([(100, 100), (100, 100), (100, 100)]));
+        assert_eq!(
+            plan(&v, &settings()),
+            vec![Step::Disarm(Alarm {
+                member: MemberId(2),
+                kind: NOSPACE.into()
+            })]
+        );
+    }
+
+    #[test]
+    fn nospace_with_live_data_over_the_quota_is_not_disarmed() {
+        // Nothing to defragment and the live data still fills the quota: compact (etcd answers
+        // "already compacted"), never disarm.
+        let v = nospace(view([(1000, 950), (1000, 950), (1000, 950)]));
+        assert!(matches!(&plan(&v, &settings())[..], [Step::Compact { .. }]));
+    }
+}
