@@ -8,6 +8,7 @@ pub mod config;
 pub mod error;
 pub mod event;
 pub mod maintenance;
+pub mod metrics;
 pub mod model;
 pub mod planner;
 pub mod ports;

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use etcd_asg_lifecycle::adapters::autoscaling::{AutoScalingGroup, LifecycleHooks};
 use etcd_asg_lifecycle::adapters::etcd::EtcdMembers;
 use etcd_asg_lifecycle::adapters::ssm::SsmParameters;
-use etcd_asg_lifecycle::{reconciler, Config, Reconciler};
+use etcd_asg_lifecycle::metrics::Metrics;
+use etcd_asg_lifecycle::{reconciler, Config, Reconciler, Response};
 use lambda_runtime::{run, service_fn, tracing, Diagnostic, LambdaEvent};
 use serde_json::Value;
 
@@ -50,19 +51,33 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let reconciler = &reconciler;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = instant_of(event.context.deadline);
-        reconciler
-            .handle(&event.payload, deadline)
-            .await
-            .inspect_err(|e| tracing::error!(error = ?e, kind = %e.kind(), "invocation failed"))
-            .map_err(Diagnostic::from)
+        let result = reconciler.handle(&event.payload, deadline).await;
+        // One EMF line per invocation, on stdout where CloudWatch reads it.
+        let mut metrics = Metrics::default();
+        match &result {
+            Ok(Response::Reconciled { metrics: m, .. }) => metrics = m.clone(),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(error = ?e, kind = %e.kind(), "invocation failed");
+                metrics.count(format!("Errors.{}", e.kind()));
+            }
+        }
+        if !metrics.0.is_empty() {
+            let cluster = &reconciler.config.settings.cluster_name;
+            println!("{}", metrics.emf(cluster, now_ms()));
+        }
+        result.map_err(Diagnostic::from)
     }))
     .await
 }
 
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// The runtime gives the deadline as epoch milliseconds.
 fn instant_of(deadline_ms: u64) -> Instant {
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    Instant::now() + Duration::from_millis(deadline_ms.saturating_sub(now_ms))
+    Instant::now() + Duration::from_millis(deadline_ms.saturating_sub(now_ms()))
 }

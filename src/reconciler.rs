@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::error::{Error, Refusal};
 use crate::event::{self, Expected, Trigger};
 use crate::maintenance;
+use crate::metrics::Metrics;
 use crate::model::{
     ActionResult, ClusterState, ClusterView, MemberId, Observation, Timestamp, Transition,
 };
@@ -58,6 +59,9 @@ pub enum Response {
         #[serde(skip_serializing_if = "Vec::is_empty")]
         held_for_quorum: Vec<HeldTermination>,
         stats: Stats,
+        /// For the EMF log line (`Metrics::emf`), not the response.
+        #[serde(skip)]
+        metrics: Metrics,
     },
 }
 
@@ -218,6 +222,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
             waiting: None,
             held_for_quorum: vec![],
             stats: meter.stats(started.elapsed()),
+            metrics: Metrics::default(),
         })
     }
 
@@ -290,6 +295,8 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
         let mut failures = 0u32;
         let mut last_wait = None;
         let mut last_applied: Option<Step> = None;
+        // Steps applied, refusals and errors by kind, for the metrics.
+        let mut counts = Metrics::default();
         loop {
             let obs = self.observe(&meter).await?;
             if let Some(id) = hint.filter(|_| steps.is_empty() && failures == 0) {
@@ -312,25 +319,29 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                     instance: step.instance().map(str::to_string),
                 });
             }
-            let done = |waiting: Option<String>, meter: &Meter, steps: Vec<String>| {
-                let stats = meter.stats(started.elapsed());
-                let held_for_quorum = held_for_quorum(&plan.waits);
-                for h in &held_for_quorum {
-                    warn!(instance = %h.instance, member = %h.member, blocking = ?h.blocking,
+            let done =
+                |waiting: Option<String>, meter: &Meter, steps: Vec<String>, counts: &Metrics| {
+                    let stats = meter.stats(started.elapsed());
+                    let mut metrics = Metrics::observed(&obs, &plan.waits);
+                    metrics.0.extend(counts.0.clone());
+                    let held_for_quorum = held_for_quorum(&plan.waits);
+                    for h in &held_for_quorum {
+                        warn!(instance = %h.instance, member = %h.member, blocking = ?h.blocking,
                         "terminate hook held: removing this member now would cost quorum; \
                          the blocking members are down");
-                }
-                info!(%trigger, steps = steps.len(), ?stats, waiting, "invocation done");
-                Response::Reconciled {
-                    trigger: trigger.clone(),
-                    steps,
-                    waiting,
-                    held_for_quorum,
-                    stats,
-                }
-            };
+                    }
+                    info!(%trigger, steps = steps.len(), ?stats, waiting, "invocation done");
+                    Response::Reconciled {
+                        trigger: trigger.clone(),
+                        steps,
+                        waiting,
+                        held_for_quorum,
+                        stats,
+                        metrics,
+                    }
+                };
             let wait = match &step {
-                Step::Idle => return Ok(done(None, &meter, steps)),
+                Step::Idle => return Ok(done(None, &meter, steps, &counts)),
                 Step::Wait(w) => Some(w.clone()),
                 _ => None,
             };
@@ -343,7 +354,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                     wait.is_short() && Instant::now() + self.config.poll_interval <= patience_until;
                 if !patient {
                     self.heartbeat(&obs, &wait, &meter).await?;
-                    return Ok(done(Some(describe_wait(&wait)), &meter, steps));
+                    return Ok(done(Some(describe_wait(&wait)), &meter, steps, &counts));
                 }
                 meter.sleep(self.config.poll_interval).await;
                 continue;
@@ -352,6 +363,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
             match self.apply(&step, &obs, &meter).await {
                 Ok(outcome) => {
                     log_decision(&step, outcome);
+                    counts.count(format!("StepsApplied.{}", step.name()));
                     // A defragmentation blocks its member while it runs: after a long one, give
                     // the clients a breather and leave the next member to a later invocation.
                     let long_defrag =
@@ -367,7 +379,8 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                     last_applied = Some(step);
                     if long_defrag {
                         steps.push("pause: the defragmentation took long".into());
-                        return Ok(done(Some("maintenance-paused".into()), &meter, steps));
+                        let waiting = Some("maintenance-paused".into());
+                        return Ok(done(waiting, &meter, steps, &counts));
                     }
                 }
                 Err(e) if e.is_retryable() => {
@@ -375,6 +388,10 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                     last_applied = None;
                     let pause = backoff(self.config.poll_interval, failures);
                     let not_yet = is_not_yet(&e);
+                    match e.refusal() {
+                        Some(r) => counts.count(format!("Refusals.{r:?}")),
+                        None => counts.count(format!("Errors.{}", e.kind())),
+                    }
                     if not_yet {
                         info!(step = step.name(), instance = step.instance(), refusal = ?e.refusal(), "etcd not ready for this step yet; observing again");
                     } else {
@@ -393,7 +410,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                         };
                         warn!(step = step.name(), instance = step.instance(), error = ?e, "etcd refuses this step for now; holding and waiting");
                         self.heartbeat(&obs, &wait, &meter).await?;
-                        return Ok(done(Some(describe_wait(&wait)), &meter, steps));
+                        return Ok(done(Some(describe_wait(&wait)), &meter, steps, &counts));
                     }
                     meter.sleep(pause).await;
                 }
@@ -404,7 +421,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                     steps = steps.len(),
                     "stopping with work left: step or time budget spent"
                 );
-                return Ok(done(Some("budget".into()), &meter, steps));
+                return Ok(done(Some("budget".into()), &meter, steps, &counts));
             }
         }
     }

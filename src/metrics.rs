@@ -1,0 +1,211 @@
+//! What each invocation tells CloudWatch, as Embedded Metric Format: one JSON log line that
+//! CloudWatch turns into metrics, with no API call (namespace `EtcdAsgLifecycle`, dimension
+//! `ClusterName`). Computed from the invocation's last observation and what it did.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use crate::model::{ClusterState, LifecycleState, Observation};
+use crate::planner::{quorum, Wait};
+
+pub const NAMESPACE: &str = "EtcdAsgLifecycle";
+
+/// Metric name → (value, CloudWatch unit).
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct Metrics(pub BTreeMap<String, (i64, &'static str)>);
+
+impl Metrics {
+    fn set(&mut self, name: impl Into<String>, value: i64, unit: &'static str) {
+        self.0.insert(name.into(), (value, unit));
+    }
+
+    /// Adds one to a count (steps applied, refusals, errors by kind).
+    pub fn count(&mut self, name: impl Into<String>) {
+        self.0.entry(name.into()).or_insert((0, "Count")).0 += 1;
+    }
+
+    pub fn get(&self, name: &str) -> Option<i64> {
+        self.0.get(name).map(|(v, _)| *v)
+    }
+
+    /// The cluster's state as this observation shows it, and the waits the plan reported.
+    pub fn observed(obs: &Observation, waits: &[Wait]) -> Self {
+        let mut m = Self::default();
+        let held: Vec<_> = obs
+            .instances
+            .iter()
+            .filter(|i| {
+                matches!(
+                    i.state,
+                    LifecycleState::PendingWait | LifecycleState::TerminatingWait
+                )
+            })
+            .collect();
+        m.set("InstancesHeld", held.len() as i64, "Count");
+        let oldest_launch = held
+            .iter()
+            .filter(|i| i.state == LifecycleState::PendingWait)
+            .map(|i| obs.now - i.launched_at)
+            .max()
+            .unwrap_or(0);
+        m.set("OldestLaunchHoldSeconds", oldest_launch.max(0), "Seconds");
+        let terminating = held
+            .iter()
+            .filter(|i| i.state == LifecycleState::TerminatingWait)
+            .count();
+        m.set("TerminationsHeld", terminating as i64, "Count");
+        let guarded = waits
+            .iter()
+            .filter(|w| {
+                matches!(
+                    w,
+                    Wait::QuorumGuard {
+                        instance: Some(_),
+                        ..
+                    }
+                )
+            })
+            .count();
+        m.set("HeldForQuorum", guarded as i64, "Count");
+        match &obs.cluster {
+            ClusterState::Known(v) => {
+                let voters = v.voters().count();
+                let healthy = v.voters().filter(|m| v.healthy.contains(&m.id)).count();
+                m.set("Members", v.members.len() as i64, "Count");
+                m.set("Voters", voters as i64, "Count");
+                m.set("Learners", v.learners().count() as i64, "Count");
+                m.set("HealthyVoters", healthy as i64, "Count");
+                m.set(
+                    "QuorumMargin",
+                    healthy as i64 - quorum(voters) as i64,
+                    "Count",
+                );
+                let max = |f: fn(&crate::model::MemberStatus) -> u64| {
+                    v.statuses.values().map(f).max().unwrap_or(0) as i64
+                };
+                m.set("DbSizeBytes", max(|s| s.db_size), "Bytes");
+                m.set("DbSizeInUseBytes", max(|s| s.db_size_in_use), "Bytes");
+                m.set(
+                    "NospaceAlarm",
+                    i64::from(crate::maintenance::nospace(v)),
+                    "Count",
+                );
+            }
+            // A cluster that once served and now answers for nothing has no margin at all.
+            ClusterState::Unreachable { .. } if obs.published.cluster.is_some() => {
+                m.set("Members", 0, "Count");
+                m.set("HealthyVoters", 0, "Count");
+                m.set("QuorumMargin", -1, "Count");
+            }
+            ClusterState::Unreachable { .. } => {}
+        }
+        m
+    }
+
+    /// The EMF line: `_aws` metadata naming every metric, the dimension, and the values.
+    pub fn emf(&self, cluster: &str, timestamp_ms: u64) -> String {
+        let definitions: Vec<Value> = self
+            .0
+            .iter()
+            .map(|(name, (_, unit))| json!({"Name": name, "Unit": unit}))
+            .collect();
+        let mut line = Map::new();
+        line.insert(
+            "_aws".into(),
+            json!({
+                "Timestamp": timestamp_ms,
+                "CloudWatchMetrics": [{
+                    "Namespace": NAMESPACE,
+                    "Dimensions": [["ClusterName"]],
+                    "Metrics": definitions,
+                }],
+            }),
+        );
+        line.insert("ClusterName".into(), json!(cluster));
+        for (name, (value, _)) in &self.0 {
+            line.insert(name.clone(), json!(value));
+        }
+        Value::Object(line).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ClusterView, Instance, Member, MemberId, MemberStatus, PublishedState};
+
+    fn voter(n: u64) -> Member {
+        Member {
+            id: MemberId(n),
+            name: format!("i-{n}"),
+            peer_urls: vec![],
+            client_urls: vec![],
+            is_learner: false,
+        }
+    }
+
+    #[test]
+    fn the_state_of_a_cluster_with_a_member_down_and_a_hold() {
+        let members = vec![voter(1), voter(2), voter(3)];
+        let obs = Observation {
+            instances: vec![Instance {
+                id: "i-4".into(),
+                state: LifecycleState::PendingWait,
+                address: None,
+                launched_at: 940,
+                healthy: true,
+            }],
+            cluster: ClusterState::Known(ClusterView {
+                cluster_id: 1,
+                healthy: [MemberId(1), MemberId(2)].into(),
+                statuses: [(
+                    MemberId(1),
+                    MemberStatus {
+                        db_size: 300,
+                        db_size_in_use: 100,
+                        ..Default::default()
+                    },
+                )]
+                .into(),
+                members,
+                leader: Some(MemberId(1)),
+                endpoint: String::new(),
+                alarms: vec![],
+            }),
+            published: PublishedState::default(),
+            now: 1000,
+        };
+        let m = Metrics::observed(&obs, &[]);
+        assert_eq!(m.get("Voters"), Some(3));
+        assert_eq!(m.get("HealthyVoters"), Some(2));
+        assert_eq!(m.get("QuorumMargin"), Some(0));
+        assert_eq!(m.get("InstancesHeld"), Some(1));
+        assert_eq!(m.get("OldestLaunchHoldSeconds"), Some(60));
+        assert_eq!(m.get("DbSizeBytes"), Some(300));
+        assert_eq!(m.get("DbSizeInUseBytes"), Some(100));
+    }
+
+    #[test]
+    fn the_emf_line_declares_every_value_under_the_namespace_and_dimension() {
+        let mut m = Metrics::default();
+        m.count("StepsApplied.add-learner");
+        m.count("StepsApplied.add-learner");
+        m.set("QuorumMargin", 1, "Count");
+        let line: Value = serde_json::from_str(&m.emf("prod", 1_800_000_000_000)).unwrap();
+        assert_eq!(line["ClusterName"], "prod");
+        assert_eq!(line["StepsApplied.add-learner"], 2);
+        assert_eq!(line["QuorumMargin"], 1);
+        let cw = &line["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(cw["Namespace"], NAMESPACE);
+        assert_eq!(cw["Dimensions"], json!([["ClusterName"]]));
+        let names: Vec<&str> = cw["Metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["Name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, vec!["QuorumMargin", "StepsApplied.add-learner"]);
+        assert_eq!(line["_aws"]["Timestamp"], 1_800_000_000_000u64);
+    }
+}
