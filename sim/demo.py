@@ -11,7 +11,7 @@ import argparse
 import sys
 import time
 
-from . import scenario
+from . import etcd, scenario
 from .world import NotConverged, Simulation
 
 
@@ -19,12 +19,16 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--binary", help="the bootstrap binary (default: the dev build)")
     parser.add_argument("--keep", metavar="DIR", help="keep logs and data in DIR")
+    parser.add_argument("--etcd-version", choices=etcd.VERSIONS,
+                        help="the etcd the instances run (default: ETCD_VERSION, else 3.4)")
     args = parser.parse_args(argv)
 
     began = time.monotonic()
     failed = None
-    with Simulation(binary=args.binary, workdir=args.keep, verbose=True) as sim:
-        print(f"emulated AWS at {sim.endpoint}; function {sim.binary}; logs in {sim.workdir}\n", flush=True)
+    etcd_bin = etcd.binary(args.etcd_version)
+    with Simulation(binary=args.binary, workdir=args.keep, verbose=True, etcd_bin=etcd_bin) as sim:
+        print(f"emulated AWS at {sim.endpoint}; function {sim.binary}; etcd {etcd.version_of(etcd_bin)} "
+              f"({etcd_bin}); logs in {sim.workdir}\n", flush=True)
         sim.start_writer()
         started_at = []  # (monotonic start, title) per step, to place the longest write stall
         for n, (title, step) in enumerate(scenario.DEMO, 1):
@@ -43,6 +47,9 @@ def main(argv=None) -> int:
         lost = sim.writer.lost()
         d = sim.delivery
         print("summary")
+        ran = sorted({etcd.version_of(i.etcd_bin) for i in sim.instances.values() if i.etcd_bin})
+        print(f"  etcd version          {', '.join(ran) or etcd.version_of(etcd_bin)}"
+              f" (cluster version {sim.cluster_version() or 'unknown'})")
         print(f"  cluster id            {sim.cluster_id:x}" if sim.cluster_id else "  cluster id            none")
         print(f"  steps converged       {n - (1 if failed else 0)}/{len(scenario.DEMO)}")
         print(f"  writes acknowledged   {len(sim.writer.acked)}")

