@@ -13,15 +13,25 @@ AWS's semantics (shared/reference/aws-lifecycle.md):
 - A held action whose heartbeat timeout passes gets the hook's ``DefaultResult``.
 - ``PutLifecycleHook`` emits the hook's ``autoscaling:TEST_NOTIFICATION``.
 - Desired capacity counts Pending and InService instances, so held instances are not replaced.
+- ``SetInstanceHealth`` with ``HealthStatus=Unhealthy`` on an ``InService`` instance replaces it
+  as AWS's health check would: the instance leaves through the terminate hook (``Terminating:Wait``,
+  a token, one EventBridge event exactly like a scale-in termination) and a replacement launches
+  at once through the launch hook, so desired capacity holds. Every call is recorded.
+- ``DescribeLifecycleHooks`` is moto's own (it answers with the hooks stored above).
 
-Not emulated: warm pools, instance refresh, health-check replacement, the global timeout (only
-the heartbeat timeout), cooldowns, AZ rebalancing, and termination policies (scale-in takes the
-oldest unprotected instances).
+Not emulated: warm pools, instance refresh, health checks of their own (EC2 status checks, ELB:
+only ``SetInstanceHealth`` marks an instance unhealthy; ``ShouldRespectGracePeriod`` is recorded
+but ignored, and the replacement happens at once, not at the next health check), the instance
+maintenance policy (a replacement always launches while the old instance is held, whatever the
+policy), the global timeout (only the heartbeat timeout), cooldowns, AZ rebalancing, and
+termination policies (scale-in takes the oldest unprotected instances).
 
 Extra routes, for the simulation only (EventBridge does not exist here):
   GET /_sim/events      drain the EventBridge events produced so far (JSON list)
   GET /_sim/terminated  drain the ids of instances whose termination finished (JSON list)
   GET /_sim/requests    drain the count of API calls made by the Rust SDK (the function), by action
+  GET /_sim/health      drain the SetInstanceHealth calls so far (JSON list of
+                        {"InstanceId", "HealthStatus", "ShouldRespectGracePeriod", "sdk", "error"})
 
 Every request is served under one lock, so the timer thread and requests never interleave.
 """
@@ -56,6 +66,7 @@ LOCK = threading.RLock()
 EVENTS: list[dict] = []
 TERMINATED: list[str] = []
 SDK_REQUESTS: Counter = Counter()
+HEALTH: list[dict] = []
 # (group name, instance id) -> pending action
 ACTIONS: dict[tuple[str, str], "Action"] = {}
 
@@ -238,6 +249,38 @@ def _find_action(self):
     raise ValidationError(f"No active Lifecycle Action found with instance ID {instance_id}")
 
 
+def _set_instance_health(backend, instance_id, status):
+    """What Auto Scaling does with a health status set from outside: an InService instance marked
+    Unhealthy is replaced (terminated through the terminate hook, and a new one launched)."""
+    for group in backend.autoscaling_groups.values():
+        for state in group.instance_states:
+            if state.instance.id != instance_id:
+                continue
+            state.health_status = status
+            if status == "Unhealthy" and state.lifecycle_state == "InService":
+                _begin_termination(group, state)
+                group.set_desired_capacity(group.desired_capacity)  # the replacement
+            return
+    raise ValidationError(f"Instance Id not found - No managed instance found for instance ID: {instance_id}")
+
+
+def set_instance_health(self):
+    instance_id = self._get_param("InstanceId")
+    status = self._get_param("HealthStatus")
+    respect = self._get_param("ShouldRespectGracePeriod")
+    if status not in ("Healthy", "Unhealthy"):
+        raise ValidationError("Valid instance health states are: [Healthy, Unhealthy]")
+    call = {"InstanceId": instance_id, "HealthStatus": status, "ShouldRespectGracePeriod": respect,
+            "sdk": "aws-sdk-rust" in self.headers.get("User-Agent", ""), "error": None}
+    HEALTH.append(call)
+    try:
+        _set_instance_health(self.autoscaling_backend, instance_id, status)
+    except ValidationError as e:
+        call["error"] = e.message
+        raise
+    return EmptyResult()
+
+
 def complete_lifecycle_action(self):
     result = self._get_param("LifecycleActionResult")
     if result not in ("CONTINUE", "ABANDON"):
@@ -259,6 +302,7 @@ def install():
     asg.AutoScalingBackend.terminate_instance = terminate_instance
     asg.AutoScalingBackend.create_lifecycle_hook = create_lifecycle_hook
     asg_responses.AutoScalingResponse.complete_lifecycle_action = complete_lifecycle_action
+    asg_responses.AutoScalingResponse.set_instance_health = set_instance_health
     asg_responses.AutoScalingResponse.record_lifecycle_action_heartbeat = (
         record_lifecycle_action_heartbeat
     )
@@ -285,7 +329,7 @@ def _count_sdk_request(environ):
     SDK_REQUESTS[action] += 1
 
 
-FEEDS = {"/_sim/events": lambda: EVENTS, "/_sim/terminated": lambda: TERMINATED}
+FEEDS = {"/_sim/events": lambda: EVENTS, "/_sim/terminated": lambda: TERMINATED, "/_sim/health": lambda: HEALTH}
 
 
 def app_with_lock(inner):
