@@ -6,85 +6,214 @@
 # with exactly that config. The same file runs as EC2 user data (template.yaml embeds it) and in
 # the local simulation (BOOT_MODE=exec).
 #
+# Modes (the first argument, else BOOT_MODE):
+#   systemd  default, the user data: install etcd, an `etcd` user and the etcd-member service,
+#            start it. The service runs `fetch` before every start and `run` as its main process.
+#   exec     install etcd, fetch the config, run etcd in the foreground (the simulation).
+#   fetch    write CONFIG_FILE from the member's parameter, waiting for it, unless the member
+#            already has data (a WAL): a member with data keeps the config it was created with,
+#            one without takes the latest (the function rewrites it while the member is unstarted).
+#   run      exec etcd with exactly CONFIG_FILE's variables.
+#
 # Settings (environment; the template sets them in front of this file):
 #   PARAMETER_PREFIX   required, e.g. /etcd-asg-lifecycle/prod
 #   INSTANCE_ID        default: from the instance metadata service
 #   DATA_DIR           default /var/lib/etcd
 #   CONFIG_FILE        default /etc/etcd/etcd-asg.env
-#   BOOT_MODE          systemd (default: install a unit and start it) | exec (run etcd in the foreground)
 #   ETCD_BIN           default /usr/local/bin/etcd; fetched from ETCD_DOWNLOAD_URL if missing
 #   ETCD_DOWNLOAD_URL  a release tarball (etcd-vX.Y.Z-linux-<arch>.tar.gz) with etcd inside
-#   POLL_SECONDS       default 5
+#   ETCD_SHA256        the tarball's SHA-256: etcd is installed only if the download matches it
+#   ETCD_USER          default etcd: the user the service runs etcd as (systemd mode)
+#   POLL_SECONDS       default 5: pause between polls for the parameter
+#   MAX_BACKOFF        default 60: longest pause, in seconds, between retries after errors
 set -euo pipefail
 
+MODE=${1:-${BOOT_MODE:-systemd}}
 PARAMETER_PREFIX=${PARAMETER_PREFIX:?PARAMETER_PREFIX is required}
 DATA_DIR=${DATA_DIR:-/var/lib/etcd}
 CONFIG_FILE=${CONFIG_FILE:-/etc/etcd/etcd-asg.env}
-BOOT_MODE=${BOOT_MODE:-systemd}
 ETCD_BIN=${ETCD_BIN:-/usr/local/bin/etcd}
+ETCD_USER=${ETCD_USER:-etcd}
 POLL_SECONDS=${POLL_SECONDS:-5}
+MAX_BACKOFF=${MAX_BACKOFF:-60}
+# Where systemd mode installs itself and its settings, and the unit (overridable for tests).
+SCRIPT_PATH=${SCRIPT_PATH:-/usr/local/sbin/etcd-boot}
+SETTINGS_FILE=${SETTINGS_FILE:-/etc/etcd/etcd-boot.env}
+UNIT_FILE=${UNIT_FILE:-/etc/systemd/system/etcd-member.service}
+IMDS=http://169.254.169.254/latest
 
 log() { echo "etcd-boot: $*" >&2; }
 
-imds() {
-    local token
-    token=$(curl -sf -X PUT http://169.254.169.254/latest/api/token \
-        -H 'X-aws-ec2-metadata-token-ttl-seconds: 300')
-    curl -sf -H "X-aws-ec2-metadata-token: $token" "http://169.254.169.254/latest/meta-data/$1"
+# The next pause after one of DELAY seconds: doubled, at most MAX_BACKOFF.
+backoff() {
+    local next=$(($1 * 2))
+    if [ "$next" -gt "$MAX_BACKOFF" ]; then next=$MAX_BACKOFF; fi
+    echo "$next"
 }
+
+# retry WHAT TRIES COMMAND...: runs COMMAND until it succeeds, at most TRIES times, pausing 1, 2,
+# 4, ... seconds in between; every failure is logged (COMMAND's own errors go to stderr too).
+retry() {
+    local what=$1 tries=$2 n=1 delay=1
+    shift 2
+    until "$@"; do
+        if [ "$n" -ge "$tries" ]; then
+            log "$what failed $n times; giving up"
+            return 1
+        fi
+        log "$what failed (try $n of $tries); retrying in ${delay}s"
+        sleep "$delay"
+        delay=$(backoff "$delay")
+        n=$((n + 1))
+    done
+}
+
+imds_get() {
+    local token
+    token=$(curl -sSf --max-time 5 -X PUT "$IMDS/api/token" \
+        -H 'X-aws-ec2-metadata-token-ttl-seconds: 300') || return 1
+    curl -sSf --max-time 5 -H "X-aws-ec2-metadata-token: $token" "$IMDS/meta-data/$1"
+}
+
+imds() { retry "instance metadata $1" 8 imds_get "$1"; }
+
+download() { curl -fsSL --connect-timeout 10 --max-time 600 -o "$2" "$1"; }
 
 install_etcd() {
     [ -x "$ETCD_BIN" ] && return 0
     : "${ETCD_DOWNLOAD_URL:?etcd is not at $ETCD_BIN and ETCD_DOWNLOAD_URL is not set}"
+    : "${ETCD_SHA256:?ETCD_SHA256 is required: etcd is installed only from a tarball of known SHA-256}"
     log "installing etcd from $ETCD_DOWNLOAD_URL"
-    local tmp
+    local tmp actual
     tmp=$(mktemp -d)
-    curl -fsSL "$ETCD_DOWNLOAD_URL" | tar xz -C "$tmp" --strip-components=1
-    install -m 0755 "$tmp/etcd" "$ETCD_BIN"
-    [ -f "$tmp/etcdctl" ] && install -m 0755 "$tmp/etcdctl" "$(dirname "$ETCD_BIN")/etcdctl"
+    retry "download of $ETCD_DOWNLOAD_URL" 8 download "$ETCD_DOWNLOAD_URL" "$tmp/etcd.tar.gz"
+    actual=$(sha256sum "$tmp/etcd.tar.gz" | cut -d' ' -f1)
+    if [ "$actual" != "${ETCD_SHA256,,}" ]; then
+        log "REFUSING to install etcd: $ETCD_DOWNLOAD_URL has SHA-256 $actual, expected ETCD_SHA256=$ETCD_SHA256"
+        rm -rf "$tmp"
+        exit 3
+    fi
+    log "SHA-256 of $ETCD_DOWNLOAD_URL verified: $actual"
+    tar xzf "$tmp/etcd.tar.gz" -C "$tmp" --strip-components=1
+    install -D -m 0755 "$tmp/etcd" "$ETCD_BIN"
+    if [ -f "$tmp/etcdctl" ]; then install -m 0755 "$tmp/etcdctl" "$(dirname "$ETCD_BIN")/etcdctl"; fi
     rm -rf "$tmp"
 }
 
-# Waits for this instance's published config and writes it, plus where to listen and store, to
-# CONFIG_FILE. Only ETCD_* lines are kept: the file must not be able to set anything else.
-fetch_config() {
-    local name="$PARAMETER_PREFIX/members/$INSTANCE_ID" value
+# Whether this member has started with its config before: etcd wrote its WAL. (A start that
+# failed early leaves member/snap behind but no WAL, and must take the latest config.)
+has_data() { compgen -G "$DATA_DIR/member/wal/*.wal" > /dev/null; }
+
+# Prints the parameter's value once it exists. Not found yet is the normal wait; any other AWS
+# error (access denied, throttling, no network) is logged with AWS's message and retried with
+# backoff.
+wait_for_parameter() {
+    local name=$1 err value polls=0 delay=1
+    err=$(mktemp)
     log "waiting for $name"
-    until value=$(aws ssm get-parameter --name "$name" --query Parameter.Value --output text 2>/dev/null); do
-        sleep "$POLL_SECONDS"
+    while :; do
+        if value=$(aws ssm get-parameter --cli-connect-timeout 10 --cli-read-timeout 30 \
+            --name "$name" --query Parameter.Value --output text 2> "$err"); then
+            rm -f "$err"
+            printf '%s\n' "$value"
+            return 0
+        fi
+        if grep -q ParameterNotFound "$err"; then
+            polls=$((polls + 1))
+            if [ $((polls % 120)) -eq 0 ]; then log "still waiting for $name ($polls polls)"; fi
+            delay=1
+            sleep "$POLL_SECONDS"
+        else
+            log "aws ssm get-parameter $name failed; retrying in ${delay}s: $(tr -s '\n' ' ' < "$err" | cut -c1-600)"
+            sleep "$delay"
+            delay=$(backoff "$delay")
+        fi
     done
-    mkdir -p "$(dirname "$CONFIG_FILE")" "$DATA_DIR"
-    printf '%s\n' "$value" | grep -E '^ETCD_[A-Z_]+=[^[:space:]]*$' > "$CONFIG_FILE.tmp"
-    local peer client
+}
+
+# Writes this member's published config, plus where to listen and store, to CONFIG_FILE. Only
+# ETCD_* lines are kept: the file must not be able to set anything else.
+fetch_config() {
+    if has_data; then
+        if [ -s "$CONFIG_FILE" ]; then
+            log "member data in $DATA_DIR: keeping the config it started with ($CONFIG_FILE)"
+            return 0
+        fi
+        log "member data in $DATA_DIR but no $CONFIG_FILE: fetching it again"
+    fi
+    local name="$PARAMETER_PREFIX/members/$INSTANCE_ID" value peer client
+    value=$(wait_for_parameter "$name")
+    mkdir -p "$(dirname "$CONFIG_FILE")"
+    printf '%s\n' "$value" | grep -E '^ETCD_[A-Z_]+=[^[:space:]]*$' > "$CONFIG_FILE.tmp" || true
     peer=$(sed -n 's/^ETCD_INITIAL_ADVERTISE_PEER_URLS=//p' "$CONFIG_FILE.tmp")
     client=$(sed -n 's/^ETCD_ADVERTISE_CLIENT_URLS=//p' "$CONFIG_FILE.tmp")
-    [ -n "$peer" ] && [ -n "$client" ] || { log "config at $name lacks advertise URLs"; exit 1; }
+    if [ -z "$peer" ] || [ -z "$client" ]; then
+        log "config at $name lacks advertise URLs"
+        exit 1
+    fi
     {
         echo "ETCD_LISTEN_PEER_URLS=$peer"
         echo "ETCD_LISTEN_CLIENT_URLS=$client"
         echo "ETCD_DATA_DIR=$DATA_DIR"
     } >> "$CONFIG_FILE.tmp"
+    if [ "$MODE" != exec ]; then
+        chown "root:$ETCD_USER" "$CONFIG_FILE.tmp"
+        chmod 0640 "$CONFIG_FILE.tmp"
+        install -d -o "$ETCD_USER" -g "$ETCD_USER" -m 0700 "$DATA_DIR"
+    else
+        mkdir -p "$DATA_DIR"
+    fi
     mv "$CONFIG_FILE.tmp" "$CONFIG_FILE"
     log "config written to $CONFIG_FILE"
 }
 
-start_etcd() {
-    case "$BOOT_MODE" in
-    exec)
-        local -a vars=()
-        while IFS= read -r line; do vars+=("$line"); done < "$CONFIG_FILE"
-        exec env -i PATH="$PATH" "${vars[@]}" "$ETCD_BIN"
-        ;;
-    systemd)
-        cat > /etc/systemd/system/etcd-member.service <<UNIT
+# Replaces this process with etcd, its environment exactly CONFIG_FILE's variables (and PATH).
+run_etcd() {
+    [ -s "$CONFIG_FILE" ] || { log "no config at $CONFIG_FILE: not starting etcd"; exit 1; }
+    local -a vars=()
+    local line
+    while IFS= read -r line; do vars+=("$line"); done < "$CONFIG_FILE"
+    log "starting $ETCD_BIN as $(id -un) with $CONFIG_FILE"
+    exec env -i PATH="$PATH" "${vars[@]}" "$ETCD_BIN"
+}
+
+# Installs this script, its settings and the etcd-member service, and starts the service (which
+# waits for the config in its ExecStartPre: user data does not block on it).
+install_service() {
+    if ! getent passwd "$ETCD_USER" > /dev/null; then
+        useradd --system --home-dir "$DATA_DIR" --no-create-home --shell /sbin/nologin "$ETCD_USER"
+    fi
+    install -d -o "$ETCD_USER" -g "$ETCD_USER" -m 0700 "$DATA_DIR"
+    install -D -m 0755 "${BASH_SOURCE[0]}" "$SCRIPT_PATH"
+    mkdir -p "$(dirname "$SETTINGS_FILE")"
+    {
+        printf 'PARAMETER_PREFIX=%s\n' "$PARAMETER_PREFIX"
+        printf 'INSTANCE_ID=%s\n' "$INSTANCE_ID"
+        printf 'DATA_DIR=%s\n' "$DATA_DIR"
+        printf 'CONFIG_FILE=%s\n' "$CONFIG_FILE"
+        printf 'ETCD_BIN=%s\n' "$ETCD_BIN"
+        printf 'ETCD_USER=%s\n' "$ETCD_USER"
+        printf 'POLL_SECONDS=%s\n' "$POLL_SECONDS"
+        printf 'MAX_BACKOFF=%s\n' "$MAX_BACKOFF"
+        if [ -n "${AWS_DEFAULT_REGION:-}" ]; then printf 'AWS_DEFAULT_REGION=%s\n' "$AWS_DEFAULT_REGION"; fi
+    } > "$SETTINGS_FILE"
+    cat > "$UNIT_FILE" <<UNIT
 [Unit]
 Description=etcd member (etcd-asg-lifecycle)
 After=network-online.target
 Wants=network-online.target
+StartLimitIntervalSec=0
 
 [Service]
-EnvironmentFile=$CONFIG_FILE
-ExecStart=$ETCD_BIN
+Type=simple
+User=$ETCD_USER
+Group=$ETCD_USER
+EnvironmentFile=$SETTINGS_FILE
+# Before every start, as root ('+'): while the member has no data, fetch its latest config.
+ExecStartPre=+$SCRIPT_PATH fetch
+ExecStart=$SCRIPT_PATH run
+# The wait for the config is part of the start.
+TimeoutStartSec=infinity
 Restart=always
 RestartSec=5
 LimitNOFILE=65536
@@ -92,17 +221,36 @@ LimitNOFILE=65536
 [Install]
 WantedBy=multi-user.target
 UNIT
-        systemctl daemon-reload
-        systemctl enable --now etcd-member.service
-        ;;
-    *)
-        log "BOOT_MODE must be exec or systemd, not '$BOOT_MODE'"
-        exit 2
-        ;;
-    esac
+    systemctl daemon-reload
+    systemctl enable --now --no-block etcd-member.service
+    log "etcd-member.service installed and starting (journalctl -u etcd-member)"
 }
 
-INSTANCE_ID=${INSTANCE_ID:-$(imds instance-id)}
-install_etcd
-fetch_config
-start_etcd
+instance_id() {
+    if [ -z "${INSTANCE_ID:-}" ]; then INSTANCE_ID=$(imds instance-id); fi
+}
+
+case "$MODE" in
+exec)
+    instance_id
+    install_etcd
+    fetch_config
+    run_etcd
+    ;;
+systemd)
+    instance_id
+    install_etcd
+    install_service
+    ;;
+fetch)
+    instance_id
+    fetch_config
+    ;;
+run)
+    run_etcd
+    ;;
+*)
+    log "the mode must be systemd, exec, fetch or run, not '$MODE'"
+    exit 2
+    ;;
+esac

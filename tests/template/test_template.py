@@ -148,11 +148,91 @@ def test_lifecycle_actions_and_parameter_writes_are_scoped(template):
     assert all(f"autoScalingGroupName/${{AWS::StackName}}-etcd" in r for r in by_action["autoscaling:CompleteLifecycleAction"])
     for action in ("ssm:PutParameter", "ssm:DeleteParameter"):
         assert all("parameter/etcd-asg-lifecycle/${AWS::StackName}/*" in r for r in by_action[action]), action
-    # Instances read their own parameter and nothing else.
+    assert all("parameter/etcd-asg-lifecycle/${AWS::StackName}/*" in r for r in by_action["ssm:AddTagsToResource"])
+
+
+GROUP_ARN = ("arn:${AWS::Partition}:autoscaling:${AWS::Region}:${AWS::AccountId}:autoScalingGroup:*:"
+             "autoScalingGroupName/${AWS::StackName}-etcd")
+
+
+def function_statements(t):
+    return [s for role, s in statements(t) if role == "FunctionRole"]
+
+
+def test_instances_read_only_the_member_parameter_tagged_with_their_own_arn(template):
+    """Instance-profile requests carry ec2:SourceInstanceARN; the function tags each member
+    parameter with its instance's ARN. ${ec2:InstanceID} is not set for SSM requests."""
     role = template["Resources"]["InstanceRole"]["Properties"]["Policies"]
     (statement,) = [s for p in role for s in p["PolicyDocument"]["Statement"]]
+    assert statement["Effect"] == "Allow"
     assert statement["Action"] == "ssm:GetParameter"
-    assert statement["Resource"]["Fn::Sub"].endswith("/members/${!ec2:InstanceID}")
+    assert statement["Resource"]["Fn::Sub"].endswith(":parameter/etcd-asg-lifecycle/${AWS::StackName}/members/*")
+    assert statement["Condition"] == {
+        "StringEquals": {"ssm:resourceTag/etcd-asg-instance-arn": "${ec2:SourceInstanceARN}"}}
+    assert "ec2:InstanceID" not in json.dumps(template["Resources"]["InstanceRole"])
+    # The mechanism is documented where it is used.
+    text = (ROOT / "template.yaml").read_text()
+    for page in ("https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-keys.html",
+                 "https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_variables.html",
+                 "https://docs.aws.amazon.com/service-authorization/latest/reference/list_awssystemsmanager.html"):
+        assert page in text, page
+
+
+def test_the_function_may_tag_parameters_mark_its_own_instances_unhealthy_and_read_the_hooks(template):
+    by_action = {}
+    for s in function_statements(template):
+        assert s["Effect"] == "Allow"
+        for a in s["Action"] if isinstance(s["Action"], list) else [s["Action"]]:
+            by_action.setdefault(a, []).append(s)
+    (tag,) = by_action["ssm:AddTagsToResource"]
+    assert tag["Resource"]["Fn::Sub"].endswith(":parameter/etcd-asg-lifecycle/${AWS::StackName}/*")
+    (health,) = by_action["autoscaling:SetInstanceHealth"]
+    assert health["Resource"] == {"Fn::Sub": GROUP_ARN}, "scoped to this group"
+    (hooks,) = by_action["autoscaling:DescribeLifecycleHooks"]
+    assert hooks["Resource"] == "*", "Describe* has no resource-level permissions"
+    assert "Condition" not in tag and "Condition" not in health
+
+
+def test_the_function_replaces_members_whose_etcd_stays_down(template):
+    env = function(template)["Properties"]["Environment"]["Variables"]
+    assert int(env["UNHEALTHY_REPLACE_SECS"]) >= 120, "longer than a restart, a reboot or a slow start"
+
+
+def test_replacements_launch_before_they_terminate(template):
+    (g,) = resources(template, "AWS::AutoScaling::AutoScalingGroup").values()
+    policy = g["Properties"]["InstanceMaintenancePolicy"]
+    assert policy["MinHealthyPercentage"] == 100, "never below desired capacity while replacing"
+    assert 100 < policy["MaxHealthyPercentage"] <= 200, "room to launch the replacement first"
+    # Room above desired capacity for the one replacement, whatever the size.
+    props = g["Properties"]
+    assert props["MinSize"] == props["DesiredCapacity"] == {"Ref": "ClusterSize"}
+    sizes = template["Mappings"]["GroupMaxSize"]
+    assert {int(k) for k in sizes} == set(template["Parameters"]["ClusterSize"]["AllowedValues"])
+    assert all(v["Max"] == int(k) + 1 for k, v in sizes.items())
+    assert props["MaxSize"] == {"Fn::FindInMap": ["GroupMaxSize", {"Ref": "ClusterSize"}, "Max"]}
+
+
+def test_the_root_volume_is_encrypted(template):
+    (lt,) = resources(template, "AWS::EC2::LaunchTemplate").values()
+    data = lt["Properties"]["LaunchTemplateData"]
+    (root,) = [m for m in data["BlockDeviceMappings"] if m["DeviceName"] == "/dev/xvda"]
+    assert root["Ebs"]["Encrypted"] is True
+    assert "/dev/xvda" in template["Parameters"]["ImageId"]["Description"], "the AMI's root device is named"
+
+
+def test_etcd_is_installed_only_with_the_sha256_the_stack_passes(template):
+    import re
+
+    p = template["Parameters"]["EtcdSha256"]
+    assert re.fullmatch(p["AllowedPattern"], p["Default"]) and len(p["Default"]) == 64
+    assert re.fullmatch(p["AllowedPattern"], "A" * 64) and not re.fullmatch(p["AllowedPattern"], "a" * 63)
+    (lt,) = resources(template, "AWS::EC2::LaunchTemplate").values()
+    parts = lt["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
+    assert {"Fn::Sub": "export ETCD_SHA256=${EtcdSha256}\n"} in parts
+    script = (ROOT / "boot" / "etcd-boot.sh").read_text()
+    assert "ETCD_SHA256:?" in script and "REFUSING to install etcd" in script
+    groups = template["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
+    assert any("EtcdSha256" in g["Parameters"] for g in groups)
 
 
 def test_user_data_runs_the_boot_script_byte_for_byte(template):
@@ -179,3 +259,12 @@ def test_the_function_environment_uses_only_variables_the_function_reads(templat
     env = function(template)["Properties"]["Environment"]["Variables"]
     assert set(env) <= known, set(env) - known
     assert {"ASG_NAME", "LAUNCH_HOOK_NAME", "TERMINATE_HOOK_NAME"} <= set(env)
+
+
+def test_the_user_data_fits_ec2s_16_kib_limit(template):
+    """EC2 takes at most 16 KiB of user data before base64; the boot script grows."""
+    (lt,) = resources(template, "AWS::EC2::LaunchTemplate").values()
+    parts = lt["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
+    rendered = "".join(p if isinstance(p, str) else p["Fn::Sub"] for p in parts)
+    # Parameters resolve to at most a long URL, a region and a 64-digit hash: keep 1 KiB spare.
+    assert len(rendered.encode()) < 15 * 1024, len(rendered.encode())
