@@ -42,7 +42,7 @@ def main(argv=None) -> int:
                 print(f"    FAILED: {e}", flush=True)
                 break
             print(f"    {what} — converged in {time.monotonic() - t0:.1f}s", flush=True)
-            print(sim.table() + "\n", flush=True)
+            print(sim.status_table(), flush=True)
         sim.writer.stop()
         lost = sim.writer.lost()
         d = sim.delivery

@@ -517,6 +517,19 @@ class Simulation:
                 last_report = now
             time.sleep(0.3)
 
+    def cli(self, *args: str, timeout: float = 60, extra_env: dict | None = None) -> subprocess.CompletedProcess:
+        """Runs the operator CLI (``etcd-asg``, built beside the function) with the function's
+        settings and emulated AWS."""
+        binary = os.path.join(os.path.dirname(self.binary), "etcd-asg")
+        env = {k: v for k, v in self.function.env.items() if not k.startswith(("AWS_LAMBDA", "RUST_LOG"))}
+        env.update(extra_env or {})
+        return subprocess.run([binary, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+    def status_table(self) -> str:
+        """What an operator sees: ``etcd-asg status``."""
+        r = self.cli("status")
+        return r.stdout if r.returncode == 0 else f"etcd-asg status failed: {r.stderr.strip()}"
+
     def table(self) -> str:
         listed = self.member_list()
         members = {}

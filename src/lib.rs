@@ -4,7 +4,9 @@
 //! [`planner`] for the next safe step and applies it, until nothing is left to do.
 
 pub mod adapters;
+pub mod cli;
 pub mod config;
+pub mod dry_run;
 pub mod error;
 pub mod event;
 pub mod maintenance;

@@ -2,11 +2,9 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use etcd_asg_lifecycle::adapters::autoscaling::{AutoScalingGroup, LifecycleHooks};
-use etcd_asg_lifecycle::adapters::etcd::EtcdMembers;
-use etcd_asg_lifecycle::adapters::ssm::SsmParameters;
+use etcd_asg_lifecycle::adapters;
 use etcd_asg_lifecycle::metrics::Metrics;
-use etcd_asg_lifecycle::{reconciler, Config, Reconciler, Response};
+use etcd_asg_lifecycle::{Config, Response};
 use lambda_runtime::{run, service_fn, tracing, Diagnostic, LambdaEvent};
 use serde_json::Value;
 
@@ -16,34 +14,9 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let config =
         Config::from_env().inspect_err(|e| tracing::error!(error = ?e, "bad configuration"))?;
     let aws = aws_config::load_from_env().await;
-    let autoscaling = aws_sdk_autoscaling::Client::new(&aws);
-    let group = AutoScalingGroup {
-        autoscaling: autoscaling.clone(),
-        ec2: aws_sdk_ec2::Client::new(&aws),
-        group: config.group_name.clone(),
-        address: config.address_source.clone(),
-    };
-    let instance_arn_prefix = group
-        .instance_arn_prefix()
+    let reconciler = adapters::connect(config, &aws)
         .await
         .inspect_err(|e| tracing::error!(error = ?e, kind = %e.kind(), "cannot start"))?;
-    let reconciler = Reconciler {
-        group,
-        lifecycle: LifecycleHooks {
-            autoscaling,
-            group: config.group_name.clone(),
-            launch_hook: config.launch_hook.clone(),
-            terminate_hook: config.terminate_hook.clone(),
-        },
-        published: SsmParameters {
-            ssm: aws_sdk_ssm::Client::new(&aws),
-            prefix: config.parameter_prefix.clone(),
-            instance_arn_prefix,
-        },
-        members: EtcdMembers::new(config.etcd_timeout, config.tls.as_ref())?,
-        config,
-        clock: reconciler::system_clock(),
-    };
     reconciler
         .check_hooks()
         .await

@@ -248,6 +248,14 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
         Ok(())
     }
 
+    /// One look at the world and what the planner makes of it, changing nothing: what the CLI's
+    /// `status` and `plan` show.
+    pub async fn look(&self) -> Result<(Observation, planner::Plan), Error> {
+        let obs = self.observe(&Meter::default()).await?;
+        let plan = planner::assess(&obs, &self.config.settings);
+        Ok((obs, plan))
+    }
+
     async fn observe(&self, meter: &Meter) -> Result<Observation, Error> {
         meter.observations.fetch_add(1, Ordering::Relaxed);
         // Group, then parameters, then etcd: a config is written only after its member exists,

@@ -140,6 +140,70 @@ impl AutoScalingGroup {
     }
 }
 
+/// The prefix of the group tags that carry the function's settings, for the CLI: a deployed
+/// stack tags its group `etcd-asg-lifecycle:<VARIABLE>` = the value the function has.
+pub const SETTING_TAG_PREFIX: &str = "etcd-asg-lifecycle:";
+
+/// The group CloudFormation made for `stack` (tagged `aws:cloudformation:stack-name`), and the
+/// function settings its tags carry, by variable name (`ASG_NAME` included).
+pub async fn settings_of_stack(
+    autoscaling: &aws_sdk_autoscaling::Client,
+    stack: &str,
+) -> Result<HashMap<String, String>, Error> {
+    use aws_sdk_autoscaling::types::Filter;
+    let out = autoscaling
+        .describe_auto_scaling_groups()
+        .filters(
+            Filter::builder()
+                .name("tag:aws:cloudformation:stack-name")
+                .values(stack)
+                .build(),
+        )
+        .send()
+        .await
+        .map_err(|e| aws("DescribeAutoScalingGroups")(e.into()))?;
+    let ours: Vec<_> = out
+        .auto_scaling_groups()
+        .iter()
+        .filter(|g| {
+            g.tags()
+                .iter()
+                .any(|t| t.key().is_some_and(|k| k.starts_with(SETTING_TAG_PREFIX)))
+        })
+        .collect();
+    let group = match ours.as_slice() {
+        [one] => one,
+        [] => {
+            return Err(Error::Config {
+                var: "--stack".into(),
+                value: stack.into(),
+                reason: format!(
+                    "has no Auto Scaling group tagged {SETTING_TAG_PREFIX}*: is it an etcd-asg-lifecycle stack in this region?"
+                ),
+            })
+        }
+        _ => {
+            return Err(Error::Config {
+                var: "--stack".into(),
+                value: stack.into(),
+                reason: "has more than one etcd-asg-lifecycle group".into(),
+            })
+        }
+    };
+    let mut vars: HashMap<String, String> = group
+        .tags()
+        .iter()
+        .filter_map(|t| {
+            let var = t.key()?.strip_prefix(SETTING_TAG_PREFIX)?;
+            Some((var.to_string(), t.value()?.to_string()))
+        })
+        .collect();
+    if let Some(name) = group.auto_scaling_group_name() {
+        vars.insert("ASG_NAME".into(), name.into());
+    }
+    Ok(vars)
+}
+
 /// From `arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:…` to
 /// `arn:aws:ec2:us-east-1:123456789012:instance/`.
 pub fn instance_arn_prefix(group_arn: &str) -> Option<String> {

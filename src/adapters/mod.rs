@@ -4,7 +4,47 @@ pub mod autoscaling;
 pub mod etcd;
 pub mod ssm;
 
+use crate::config::Config;
 use crate::error::{BoxError, Error};
+use crate::reconciler::{system_clock, Reconciler};
+
+/// The reconciler with its real adapters, as the function and the CLI use it.
+pub type Live = Reconciler<
+    autoscaling::AutoScalingGroup,
+    autoscaling::LifecycleHooks,
+    ssm::SsmParameters,
+    etcd::EtcdMembers,
+>;
+
+/// One SDK configuration, one client per service, one instance-ARN look-up: the wiring the
+/// function (at cold start) and the CLI share.
+pub async fn connect(config: Config, aws: &aws_config::SdkConfig) -> Result<Live, Error> {
+    let autoscaling = aws_sdk_autoscaling::Client::new(aws);
+    let group = autoscaling::AutoScalingGroup {
+        autoscaling: autoscaling.clone(),
+        ec2: aws_sdk_ec2::Client::new(aws),
+        group: config.group_name.clone(),
+        address: config.address_source.clone(),
+    };
+    let instance_arn_prefix = group.instance_arn_prefix().await?;
+    Ok(Reconciler {
+        group,
+        lifecycle: autoscaling::LifecycleHooks {
+            autoscaling,
+            group: config.group_name.clone(),
+            launch_hook: config.launch_hook.clone(),
+            terminate_hook: config.terminate_hook.clone(),
+        },
+        published: ssm::SsmParameters {
+            ssm: aws_sdk_ssm::Client::new(aws),
+            prefix: config.parameter_prefix.clone(),
+            instance_arn_prefix,
+        },
+        members: etcd::EtcdMembers::new(config.etcd_timeout, config.tls.as_ref())?,
+        config,
+        clock: system_clock(),
+    })
+}
 
 fn aws(operation: &'static str) -> impl FnOnce(BoxError) -> Error {
     move |source| Error::Aws { operation, source }

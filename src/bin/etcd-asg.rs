@@ -1,0 +1,151 @@
+//! `etcd-asg`: the operator's view of what the function sees and would do. Wiring only: the
+//! observation, the planner and the rendering are the library's (`etcd_asg_lifecycle::cli`).
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use etcd_asg_lifecycle::adapters::{self, autoscaling::settings_of_stack};
+use etcd_asg_lifecycle::{cli, dry_run, event, Config, Error, Response};
+
+/// Show and explain what etcd-asg-lifecycle sees, and what it would do next.
+///
+/// Settings come from a deployed stack (`--stack`, read from its Auto Scaling group's tags) or
+/// from the same environment variables as the function (ASG_NAME, LAUNCH_HOOK_NAME, …). AWS
+/// credentials and region: the standard chain (AWS_PROFILE, AWS_REGION, …).
+#[derive(Parser)]
+#[command(name = "etcd-asg", version)]
+struct Args {
+    /// The CloudFormation stack that deployed the cluster.
+    #[arg(long, global = true)]
+    stack: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Instances, members, health, database sizes, the cluster record, alarms and what the
+    /// function is waiting on.
+    Status {
+        /// One JSON document instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// Refresh every SECONDS until interrupted.
+        #[arg(long, value_name = "SECONDS")]
+        watch: Option<u64>,
+    },
+    /// The step the function would take next, and why; changes nothing.
+    Plan {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the real handler on an event file against the real account with every write refused,
+    /// printing the decisions it would make.
+    Replay {
+        /// An EventBridge event (JSON), such as the files in events/.
+        file: std::path::PathBuf,
+    },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("etcd-asg: {e:?}");
+            if let Error::Config { .. } = e {
+                eprintln!("(give --stack NAME, or the function's variables: see the README's Configuration)");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), Error> {
+    let aws = aws_config::load_from_env().await;
+    let config = match &args.stack {
+        Some(stack) => {
+            let tags = settings_of_stack(&aws_sdk_autoscaling::Client::new(&aws), stack).await?;
+            // The stack's tags, then the environment (for TLS files and timeouts).
+            from_tags(tags)?
+        }
+        None => Config::from_env()?,
+    };
+    let live = adapters::connect(config, &aws).await?;
+    match args.command {
+        Command::Status { json, watch } => loop {
+            let (obs, plan) = live.look().await?;
+            let topology = &live.config.settings.topology;
+            let rows = cli::rows(&obs, |a| topology.peer_url(a));
+            if json {
+                println!("{}", cli::status_json(&obs, &plan, &rows));
+            } else {
+                if watch.is_some() {
+                    print!("\x1b[2J\x1b[H");
+                }
+                print!("{}", cli::status_text(&obs, &plan, &rows));
+            }
+            match watch {
+                Some(secs) => tokio::time::sleep(Duration::from_secs(secs.max(1))).await,
+                None => return Ok(()),
+            }
+        },
+        Command::Plan { json } => {
+            let (_, plan) = live.look().await?;
+            if json {
+                println!("{}", cli::plan_json(&plan));
+            } else {
+                print!("{}", cli::plan_text(&plan));
+            }
+            Ok(())
+        }
+        Command::Replay { file } => {
+            let bytes = std::fs::read(&file).map_err(|e| Error::Config {
+                var: "FILE".into(),
+                value: file.display().to_string(),
+                reason: format!("cannot be read: {e}"),
+            })?;
+            let payload: serde_json::Value = match serde_json::from_slice(&bytes) {
+                Ok(v) => v,
+                Err(e) => {
+                    println!(
+                        "rejected: event {} is not JSON: {e}",
+                        event::shown(&String::from_utf8_lossy(&bytes))
+                    );
+                    return Ok(());
+                }
+            };
+            let (dry, refused) = dry_run::wrap(live);
+            let response = dry
+                .handle(&payload, Instant::now() + Duration::from_secs(60))
+                .await?;
+            match &response {
+                Response::Reconciled { steps, waiting, .. } => {
+                    println!("decisions (dry run, nothing changed):");
+                    for s in steps {
+                        println!("  {s}");
+                    }
+                    if let Some(w) = waiting {
+                        println!("  then waiting: {w}");
+                    }
+                }
+                other => println!("{}", serde_json::to_string(other).unwrap_or_default()),
+            }
+            let refused = refused.lock().unwrap();
+            if !refused.is_empty() {
+                println!("writes refused:");
+                for r in refused.iter() {
+                    println!("  {r}");
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+fn from_tags(tags: HashMap<String, String>) -> Result<Config, Error> {
+    Config::from_lookup(|k| tags.get(k).cloned().or_else(|| std::env::var(k).ok()))
+}

@@ -1,0 +1,461 @@
+//! What the operator CLI (`etcd-asg`) shows: the same observation and plan the function works
+//! from, as tables for people and JSON for scripts. Pure: the binary does the I/O.
+
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use serde_json::{json, Value};
+
+use crate::model::{ClusterState, ClusterView, Instance, Member, Observation};
+use crate::planner::{Plan, Removal, Step, Wait};
+
+/// One row of `status`: an instance and its member, or a member no instance answers for.
+#[derive(Clone, PartialEq, Eq, Debug, serde::Serialize)]
+pub struct Row {
+    pub instance: String,
+    pub lifecycle: String,
+    pub address: String,
+    pub member: String,
+    pub role: String,
+    pub started: bool,
+    pub healthy: bool,
+    pub db_size: Option<u64>,
+    pub db_in_use: Option<u64>,
+    pub version: String,
+    pub config_published: bool,
+}
+
+fn member_of<'a>(view: &'a ClusterView, i: &Instance, peer_url: &str) -> Option<&'a Member> {
+    view.members.iter().find(|m| {
+        if m.is_started() {
+            m.name == i.id
+        } else {
+            m.peer_urls.iter().any(|u| u == peer_url)
+        }
+    })
+}
+
+fn role(view: &ClusterView, m: &Member) -> &'static str {
+    if m.is_learner {
+        "learner"
+    } else if view.leader == Some(m.id) {
+        "leader"
+    } else {
+        "voter"
+    }
+}
+
+fn member_row(
+    view: &ClusterView,
+    m: &Member,
+) -> (String, String, bool, bool, Option<u64>, Option<u64>, String) {
+    let status = view.statuses.get(&m.id);
+    (
+        m.id.to_string(),
+        role(view, m).to_string(),
+        m.is_started(),
+        view.healthy.contains(&m.id),
+        status.map(|s| s.db_size),
+        status.map(|s| s.db_size_in_use),
+        status.map(|s| s.version.clone()).unwrap_or_default(),
+    )
+}
+
+/// Every instance of the group, then members whose instance is gone.
+pub fn rows(obs: &Observation, peer_url: impl Fn(&str) -> String) -> Vec<Row> {
+    let view = match &obs.cluster {
+        ClusterState::Known(v) => Some(v),
+        ClusterState::Unreachable { .. } => None,
+    };
+    let mut instances: Vec<&Instance> = obs.instances.iter().collect();
+    instances.sort_by(|a, b| (a.launched_at, &a.id).cmp(&(b.launched_at, &b.id)));
+    let mut seen = Vec::new();
+    let mut out: Vec<Row> = instances
+        .into_iter()
+        .map(|i| {
+            let address = i.address.clone().unwrap_or_default();
+            let m = view.and_then(|v| member_of(v, i, &peer_url(&address)).map(|m| (v, m)));
+            let (member, role, started, healthy, db_size, db_in_use, version) = match m {
+                Some((v, m)) => {
+                    seen.push(m.id);
+                    member_row(v, m)
+                }
+                None => (
+                    "-".into(),
+                    "-".into(),
+                    false,
+                    false,
+                    None,
+                    None,
+                    String::new(),
+                ),
+            };
+            let lifecycle = if i.healthy {
+                i.state.to_string()
+            } else {
+                format!("{} (Unhealthy)", i.state)
+            };
+            Row {
+                instance: i.id.clone(),
+                lifecycle,
+                address,
+                member,
+                role,
+                started,
+                healthy,
+                db_size,
+                db_in_use,
+                version,
+                config_published: obs.published.members.contains_key(&i.id),
+            }
+        })
+        .collect();
+    if let Some(v) = view {
+        for m in v.members.iter().filter(|m| !seen.contains(&m.id)) {
+            let (member, role, started, healthy, db_size, db_in_use, version) = member_row(v, m);
+            out.push(Row {
+                instance: if m.name.is_empty() {
+                    "(none)".into()
+                } else {
+                    format!("{} (gone)", m.name)
+                },
+                lifecycle: "-".into(),
+                address: m.peer_urls.join(","),
+                member,
+                role,
+                started,
+                healthy,
+                db_size,
+                db_in_use,
+                version,
+                config_published: false,
+            });
+        }
+    }
+    out
+}
+
+fn mib(b: Option<u64>) -> String {
+    b.map_or("-".into(), |b| format!("{:.1}", b as f64 / 1048576.0))
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+/// The `status` screen: the table, the cluster record, alarms, and what the function waits on.
+pub fn status_text(obs: &Observation, plan: &Plan, rows: &[Row]) -> String {
+    let mut table = Table::new();
+    table.load_style(UTF8_FULL_CONDENSED).set_header(vec![
+        "instance",
+        "lifecycle",
+        "address",
+        "member",
+        "role",
+        "started",
+        "healthy",
+        "db MiB / in use",
+        "etcd",
+        "config",
+    ]);
+    for r in rows {
+        table.add_row(vec![
+            r.instance.clone(),
+            r.lifecycle.clone(),
+            r.address.clone(),
+            r.member.clone(),
+            r.role.clone(),
+            yes(r.started).into(),
+            yes(r.healthy).into(),
+            format!("{} / {}", mib(r.db_size), mib(r.db_in_use)),
+            if r.version.is_empty() {
+                "-".into()
+            } else {
+                r.version.clone()
+            },
+            (if r.config_published { "published" } else { "-" }).into(),
+        ]);
+    }
+    let mut out = format!("{table}\n");
+    match &obs.published.cluster {
+        Some(r) => {
+            out += &format!(
+                "cluster record: token {}, seed {}, {}{}\n",
+                r.token,
+                r.seed,
+                if r.has_served() {
+                    "served"
+                } else {
+                    "bootstrapping"
+                },
+                r.cluster_id
+                    .map(|id| format!(", cluster id {id:x}"))
+                    .unwrap_or_default()
+            );
+        }
+        None => out += "cluster record: none (no cluster bootstrapped yet)\n",
+    }
+    match &obs.cluster {
+        ClusterState::Known(v) if v.alarms.is_empty() => out += "alarms: none\n",
+        ClusterState::Known(v) => {
+            let a: Vec<String> = v
+                .alarms
+                .iter()
+                .map(|a| format!("{} on {}", a.kind, a.member))
+                .collect();
+            out += &format!("alarms: {}\n", a.join(", "));
+        }
+        ClusterState::Unreachable { detail } => {
+            out += &format!("etcd: no member answered as a voter that knows a leader ({detail})\n")
+        }
+    }
+    out += &format!("next: {}\n", explain_step(&plan.step));
+    for w in plan
+        .waits
+        .iter()
+        .filter(|w| Step::Wait((*w).clone()) != plan.step)
+    {
+        out += &format!("also waiting: {}\n", explain_wait(w));
+    }
+    out
+}
+
+pub fn status_json(obs: &Observation, plan: &Plan, rows: &[Row]) -> Value {
+    let (alarms, reachable) = match &obs.cluster {
+        ClusterState::Known(v) => (
+            v.alarms
+                .iter()
+                .map(|a| json!({"member": a.member.to_string(), "alarm": a.kind}))
+                .collect(),
+            true,
+        ),
+        ClusterState::Unreachable { .. } => (vec![], false),
+    };
+    json!({
+        "rows": rows,
+        "cluster_record": obs.published.cluster.as_ref().map(|r| json!({
+            "token": r.token, "seed": r.seed, "created_at": r.created_at,
+            "served": r.has_served(), "cluster_id": r.cluster_id.map(|id| format!("{id:x}")),
+        })),
+        "reachable": reachable,
+        "alarms": alarms,
+        "plan": plan_json(plan),
+    })
+}
+
+pub fn plan_json(plan: &Plan) -> Value {
+    json!({
+        "step": plan.step.name(),
+        "instance": plan.step.instance(),
+        "member": plan.step.member().map(|m| m.to_string()),
+        "why": explain_step(&plan.step),
+        "waits": plan.waits.iter().map(|w| json!({
+            "wait": w.name(),
+            "instance": w.instance(),
+            "member": w.member().map(|m| m.to_string()),
+            "why": explain_wait(w),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+pub fn plan_text(plan: &Plan) -> String {
+    let mut out = format!(
+        "next step: {}\n  why: {}\n",
+        plan.step.name(),
+        explain_step(&plan.step)
+    );
+    if let Some(i) = plan.step.instance() {
+        out += &format!("  instance: {i}\n");
+    }
+    if let Some(m) = plan.step.member() {
+        out += &format!("  member: {m}\n");
+    }
+    for w in &plan.waits {
+        out += &format!("waiting: {}\n  why: {}\n", w.name(), explain_wait(w));
+    }
+    out
+}
+
+/// The rule behind a step, in a sentence.
+pub fn explain_step(step: &Step) -> String {
+    match step {
+        Step::CreateCluster(r) => format!(
+            "rule 1: no cluster record and no member answers: create the record, seeded by {} (the oldest launching instance)",
+            r.seed
+        ),
+        Step::ReseedCluster { old, new } => format!(
+            "rule 1: the seed {} never served and is gone: replace the record, seeded by {}",
+            old.seed, new.seed
+        ),
+        Step::MarkServed(r) => format!(
+            "rule 0: the seed {} is a started voter: note in the record that the cluster served",
+            r.seed
+        ),
+        Step::Publish { instance, config } => format!(
+            "rule 1/4: publish {instance}'s etcd config (initial-cluster-state {:?}, {} members)",
+            config.state,
+            config.initial_cluster.len()
+        ),
+        Step::AddLearner { instance, peer_url } => format!(
+            "rule 5: {instance} wants membership and no learner exists: add it as a learner at {peer_url}"
+        ),
+        Step::Promote { instance, member } => {
+            format!("rule 4: learner {member} of {instance} has started: promote it")
+        }
+        Step::TransferLeadership { from, to, .. } => format!(
+            "leader {from} must leave or be defragmented: move leadership to {to} first"
+        ),
+        Step::RemoveMember {
+            member,
+            instance,
+            reason,
+        } => {
+            let why = match reason {
+                Removal::Terminating => "its instance is terminating",
+                Removal::LearnerNeverStarted => "its learner never started",
+                Removal::InstanceGone => "its instance left the group",
+            };
+            format!(
+                "rule 2: remove member {member}{}: {why}, and the voters that stay keep a quorum",
+                instance.as_ref().map(|i| format!(" ({i})")).unwrap_or_default()
+            )
+        }
+        Step::Unpublish { instance } => {
+            format!("rule 2/7: {instance} has no member and is leaving or gone: delete its config")
+        }
+        Step::Complete {
+            instance,
+            transition,
+            result,
+        } => format!(
+            "rule 2/3: complete {instance}'s {transition} action with {}",
+            result.as_str()
+        ),
+        Step::NoteDown { instance, .. } => {
+            format!("rule 6: {instance}'s etcd does not answer: note since when")
+        }
+        Step::ForgetDown { instance } => {
+            format!("rule 7: {instance} answers again or left: forget its down-mark")
+        }
+        Step::Replace {
+            instance,
+            down_secs,
+            ..
+        } => format!(
+            "rule 6: {instance}'s etcd has been down {down_secs} s: mark it Unhealthy so the group replaces it"
+        ),
+        Step::Compact { revision } => format!(
+            "maintenance: the NOSPACE alarm is raised and the live pages fill the files: compact history up to revision {revision}"
+        ),
+        Step::Defragment { member, .. } => {
+            format!("maintenance: member {member}'s database file is mostly free space: defragment it")
+        }
+        Step::Disarm(a) => format!(
+            "maintenance: the data fits the quota again: disarm {} of member {}",
+            a.kind, a.member
+        ),
+        Step::Wait(w) => explain_wait(w),
+        Step::Idle => "nothing to do: membership matches the group and nothing needs maintenance".into(),
+    }
+}
+
+pub fn explain_wait(w: &Wait) -> String {
+    match w {
+        Wait::SeedStarting { instance } => format!("the seed {instance} has its config; waiting for its etcd to start"),
+        Wait::LearnerStarting { instance } => format!("learner {instance} has its config; waiting for its etcd to start"),
+        Wait::ClusterUnreachable { detail } => format!(
+            "a cluster record exists but no member answers as a voter that knows a leader: changing nothing ({detail})"
+        ),
+        Wait::NoSeed => "the seed never served and is gone; waiting for a launching instance to seed anew".into(),
+        Wait::QuorumGuard { member, instance, blocking } => format!(
+            "removing member {member}{} now would cost quorum: held until the down members ({}) are gone",
+            instance.as_ref().map(|i| format!(" ({i}, terminate hook held)")).unwrap_or_default(),
+            blocking.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+        ),
+        Wait::VoterNotStarted { member } => format!("voter {member} has not started: no join behind it"),
+        Wait::LastVoterHeld { instance, replacement } => format!(
+            "{instance} is the last voter: held until {replacement} has joined and been promoted"
+        ),
+        Wait::PeerUrlTaken { instance, member } => format!(
+            "{instance}'s peer URL is still held by member {member} of another instance: it joins once that member is removed"
+        ),
+        Wait::MemberDown { instance, member, down_secs } => format!(
+            "member {member} on {instance} has not answered for {down_secs} s: replaced after UNHEALTHY_REPLACE_SECS, one at a time, while the others keep a quorum"
+        ),
+        Wait::NotYetVisible { step, instance } => format!(
+            "{step}{} was just applied; AWS does not show it yet",
+            instance.as_ref().map(|i| format!(" of {i}")).unwrap_or_default()
+        ),
+        Wait::Refused { step, instance, refusal } => format!(
+            "etcd refuses {step}{} for now ({refusal})",
+            instance.as_ref().map(|i| format!(" of {i}")).unwrap_or_default()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{LifecycleState, MemberId, MemberStatus, PublishedState};
+
+    #[test]
+    fn rows_join_instances_to_members_and_list_members_without_one() {
+        let voter = |n: u64, name: &str| Member {
+            id: MemberId(n),
+            name: name.into(),
+            peer_urls: vec![format!("http://10.0.0.{n}:2380")],
+            client_urls: vec![],
+            is_learner: false,
+        };
+        let obs = Observation {
+            instances: vec![Instance {
+                id: "i-1".into(),
+                state: LifecycleState::InService,
+                address: Some("10.0.0.1".into()),
+                launched_at: 1,
+                healthy: true,
+            }],
+            cluster: ClusterState::Known(ClusterView {
+                cluster_id: 1,
+                members: vec![voter(1, "i-1"), voter(2, "i-2")],
+                leader: Some(MemberId(1)),
+                healthy: [MemberId(1)].into(),
+                endpoint: String::new(),
+                statuses: [(
+                    MemberId(1),
+                    MemberStatus {
+                        db_size: 2 << 20,
+                        db_size_in_use: 1 << 20,
+                        version: "3.5.1".into(),
+                        revision: 9,
+                    },
+                )]
+                .into(),
+                alarms: vec![],
+            }),
+            published: PublishedState::default(),
+            now: 10,
+        };
+        let rows = rows(&obs, |a| format!("http://{a}:2380"));
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].role.as_str(), rows[0].healthy), ("leader", true));
+        assert_eq!(rows[0].db_size, Some(2 << 20));
+        assert_eq!(rows[1].instance, "i-2 (gone)");
+        assert!(!rows[1].healthy);
+        let plan = Plan {
+            step: Step::Idle,
+            waits: vec![],
+        };
+        let text = status_text(&obs, &plan, &rows);
+        assert!(
+            text.contains("leader") && text.contains("2.0 / 1.0"),
+            "{text}"
+        );
+        assert!(text.contains("cluster record: none"), "{text}");
+        let j = status_json(&obs, &plan, &rows);
+        assert_eq!(j["rows"][0]["member"], "1");
+        assert_eq!(j["plan"]["step"], "idle");
+    }
+}

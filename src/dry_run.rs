@@ -1,0 +1,235 @@
+//! A decorator for every port that lets reads through and refuses every write: it records what
+//! would have been done and answers as if it had been. The CLI's `replay` runs the real handler
+//! through it against a real account.
+
+use std::sync::{Arc, Mutex};
+
+use crate::error::Error;
+use crate::model::{
+    ActionResult, Alarm, ClusterRecord, ClusterState, Instance, MemberConfig, MemberId,
+    PublishedState, Timestamp, Transition,
+};
+use crate::ports::{Compacted, Completion, Created, Group, Lifecycle, Members, PublishedConfig};
+use crate::reconciler::Reconciler;
+
+/// The writes a dry run refused, in order.
+pub type Refused = Arc<Mutex<Vec<String>>>;
+
+pub struct DryRun<T> {
+    pub inner: T,
+    pub refused: Refused,
+}
+
+impl<T> DryRun<T> {
+    fn refuse(&self, what: String) {
+        self.refused.lock().unwrap().push(what);
+    }
+}
+
+/// A reconciler whose every port is wrapped.
+pub type Dry<G, L, P, M> = Reconciler<DryRun<G>, DryRun<L>, DryRun<P>, DryRun<M>>;
+
+/// The same reconciler with every port wrapped, and the log its refused writes go to.
+pub fn wrap<G, L, P, M>(r: Reconciler<G, L, P, M>) -> (Dry<G, L, P, M>, Refused) {
+    let refused = Refused::default();
+    let wrap = |inner| DryRun {
+        inner,
+        refused: refused.clone(),
+    };
+    (
+        Reconciler {
+            group: DryRun {
+                inner: r.group,
+                refused: refused.clone(),
+            },
+            lifecycle: DryRun {
+                inner: r.lifecycle,
+                refused: refused.clone(),
+            },
+            published: DryRun {
+                inner: r.published,
+                refused: refused.clone(),
+            },
+            members: wrap(r.members),
+            config: r.config,
+            clock: r.clock,
+        },
+        refused,
+    )
+}
+
+impl<G: Group> Group for DryRun<G> {
+    async fn instances(&self) -> Result<Vec<Instance>, Error> {
+        self.inner.instances().await
+    }
+
+    async fn set_unhealthy(&self, instance: &str) -> Result<(), Error> {
+        self.refuse(format!("SetInstanceHealth {instance} Unhealthy"));
+        Ok(())
+    }
+}
+
+impl<L: Lifecycle> Lifecycle for DryRun<L> {
+    async fn complete(
+        &self,
+        instance: &str,
+        transition: Transition,
+        result: ActionResult,
+    ) -> Result<Completion, Error> {
+        self.refuse(format!(
+            "CompleteLifecycleAction {instance} {transition} {}",
+            result.as_str()
+        ));
+        Ok(Completion::Done)
+    }
+
+    async fn heartbeat(&self, instance: &str, transition: Transition) -> Result<Completion, Error> {
+        self.refuse(format!(
+            "RecordLifecycleActionHeartbeat {instance} {transition}"
+        ));
+        Ok(Completion::Done)
+    }
+
+    async fn hook_names(&self) -> Result<Vec<String>, Error> {
+        self.inner.hook_names().await
+    }
+}
+
+impl<P: PublishedConfig> PublishedConfig for DryRun<P> {
+    async fn load(&self) -> Result<PublishedState, Error> {
+        self.inner.load().await
+    }
+
+    async fn create_cluster(&self, record: &ClusterRecord) -> Result<Created, Error> {
+        self.refuse(format!("create cluster record seeded by {}", record.seed));
+        Ok(Created::Created)
+    }
+
+    async fn replace_cluster(
+        &self,
+        old: &ClusterRecord,
+        new: &ClusterRecord,
+    ) -> Result<Created, Error> {
+        self.refuse(format!(
+            "replace cluster record seeded by {} with one seeded by {}",
+            old.seed, new.seed
+        ));
+        Ok(Created::Created)
+    }
+
+    async fn update_cluster(&self, record: &ClusterRecord) -> Result<(), Error> {
+        self.refuse(format!("update cluster record: {:?}", record.state));
+        Ok(())
+    }
+
+    async fn note_down(&self, instance: &str, since: Timestamp) -> Result<(), Error> {
+        self.refuse(format!("note {instance} down since {since}"));
+        Ok(())
+    }
+
+    async fn forget_down(&self, instance: &str) -> Result<(), Error> {
+        self.refuse(format!("forget {instance} down"));
+        Ok(())
+    }
+
+    async fn publish(&self, instance: &str, config: &MemberConfig) -> Result<(), Error> {
+        self.refuse(format!(
+            "publish config of {instance} ({:?}, {} members)",
+            config.state,
+            config.initial_cluster.len()
+        ));
+        Ok(())
+    }
+
+    async fn unpublish(&self, instance: &str) -> Result<(), Error> {
+        self.refuse(format!("delete config of {instance}"));
+        Ok(())
+    }
+}
+
+impl<M: Members> Members for DryRun<M> {
+    async fn observe(&self, endpoints: &[String], cluster: Option<u64>) -> ClusterState {
+        self.inner.observe(endpoints, cluster).await
+    }
+
+    async fn add_learner(&self, _endpoint: &str, peer_url: &str) -> Result<MemberId, Error> {
+        self.refuse(format!("member add {peer_url} as learner"));
+        Ok(MemberId(0))
+    }
+
+    async fn promote(&self, _endpoint: &str, id: MemberId) -> Result<(), Error> {
+        self.refuse(format!("member promote {id}"));
+        Ok(())
+    }
+
+    async fn remove(&self, _endpoint: &str, id: MemberId) -> Result<(), Error> {
+        self.refuse(format!("member remove {id}"));
+        Ok(())
+    }
+
+    async fn compact(&self, _endpoint: &str, revision: i64) -> Result<Compacted, Error> {
+        self.refuse(format!("compact to revision {revision}"));
+        Ok(Compacted::Now)
+    }
+
+    async fn defragment(&self, endpoint: &str) -> Result<(), Error> {
+        self.refuse(format!("defragment {endpoint}"));
+        Ok(())
+    }
+
+    async fn disarm(&self, _endpoint: &str, alarm: &Alarm) -> Result<(), Error> {
+        self.refuse(format!("disarm {} of {}", alarm.kind, alarm.member));
+        Ok(())
+    }
+
+    async fn transfer_leadership(&self, _leader: &str, to: MemberId) -> Result<(), Error> {
+        self.refuse(format!("move leadership to {to}"));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::Fake;
+    use std::time::{Duration, Instant};
+
+    #[tokio::test]
+    async fn a_dry_run_changes_nothing_and_says_what_it_would_have_done() {
+        let world = Fake::default();
+        world.launch(1);
+        let config = crate::Config::from_lookup(|k| {
+            match k {
+                "ASG_NAME" => Some("etcd"),
+                "LAUNCH_HOOK_NAME" => Some("etcd-launch"),
+                "TERMINATE_HOOK_NAME" => Some("etcd-terminate"),
+                "WAIT_BUDGET_SECS" => Some("0"),
+                _ => None,
+            }
+            .map(str::to_string)
+        })
+        .unwrap();
+        let clock_world = world.clone();
+        let live = Reconciler {
+            group: world.clone(),
+            lifecycle: world.clone(),
+            published: world.clone(),
+            members: world.clone(),
+            config,
+            clock: Arc::new(move || clock_world.world().now),
+        };
+        let (dry, refused) = wrap(live);
+        let schedule = serde_json::json!({"version": "0", "id": "2", "detail-type": "Scheduled Event",
+            "source": "aws.events", "account": "1", "time": "2026-11-29T12:00:00Z",
+            "region": "us-east-1", "resources": [], "detail": {}});
+        dry.handle(&schedule, Instant::now() + Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert!(world.calls().is_empty(), "{:?}", world.calls());
+        let refused = refused.lock().unwrap();
+        assert_eq!(
+            refused[0], "create cluster record seeded by i-00000001",
+            "{refused:?}"
+        );
+    }
+}
