@@ -316,6 +316,7 @@ pub fn explain_step(step: &Step) -> String {
                 Removal::Terminating => "its instance is terminating",
                 Removal::LearnerNeverStarted => "its learner never started",
                 Removal::InstanceGone => "its instance left the group",
+                Removal::Replaced => "its etcd is down and its instance is being replaced",
             };
             format!(
                 "rule 2: remove member {member}{}: {why}, and the voters that stay keep a quorum",
@@ -347,7 +348,7 @@ pub fn explain_step(step: &Step) -> String {
             "rule 6: {instance}'s etcd has been down {down_secs} s: mark it Unhealthy so the group replaces it"
         ),
         Step::Compact { revision } => format!(
-            "maintenance: the NOSPACE alarm is raised and the live pages fill the files: compact history up to revision {revision}"
+            "maintenance: the NOSPACE alarm is raised: compact all history up to revision {revision}, then defragment, then disarm"
         ),
         Step::Defragment { member, .. } => {
             format!("maintenance: member {member}'s database file is mostly free space: defragment it")
@@ -375,6 +376,9 @@ pub fn explain_wait(w: &Wait) -> String {
             blocking.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
         ),
         Wait::VoterNotStarted { member } => format!("voter {member} has not started: no join behind it"),
+        Wait::JoinBlocked { member } => format!(
+            "voter {member} does not answer: etcd refuses every join until it answers or is removed (rule 6 replaces it)"
+        ),
         Wait::LastVoterHeld { instance, replacement } => format!(
             "{instance} is the last voter: held until {replacement} has joined and been promoted"
         ),
@@ -387,6 +391,11 @@ pub fn explain_wait(w: &Wait) -> String {
         Wait::NotYetVisible { step, instance } => format!(
             "{step}{} was just applied; AWS does not show it yet",
             instance.as_ref().map(|i| format!(" of {i}")).unwrap_or_default()
+        ),
+        Wait::LiveDataOverQuota { in_use, quota } => format!(
+            "NOSPACE: the live data ({} MiB) fills the quota ({} MiB) even compacted and defragmented: delete data; the alarm stays",
+            in_use >> 20,
+            quota >> 20
         ),
         Wait::Refused { step, instance, refusal } => format!(
             "etcd refuses {step}{} for now ({refusal})",
@@ -434,6 +443,7 @@ mod tests {
                 )]
                 .into(),
                 alarms: vec![],
+                history_compacted: false,
             }),
             published: PublishedState::default(),
             now: 10,

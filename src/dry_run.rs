@@ -117,9 +117,12 @@ impl<P: PublishedConfig> PublishedConfig for DryRun<P> {
         Ok(Created::Created)
     }
 
-    async fn update_cluster(&self, record: &ClusterRecord) -> Result<(), Error> {
-        self.refuse(format!("update cluster record: {:?}", record.state));
-        Ok(())
+    async fn mark_served(&self, record: &ClusterRecord) -> Result<Created, Error> {
+        self.refuse(format!(
+            "record that the cluster seeded by {} served",
+            record.seed
+        ));
+        Ok(Created::Created)
     }
 
     async fn note_down(&self, instance: &str, since: Timestamp) -> Result<(), Error> {

@@ -259,11 +259,17 @@ impl PublishedConfig for Fake {
         Ok(Created::Created)
     }
 
-    async fn update_cluster(&self, record: &ClusterRecord) -> Result<(), Error> {
+    async fn mark_served(&self, record: &ClusterRecord) -> Result<Created, Error> {
         let mut w = self.world();
-        w.calls.push(format!("update-cluster {:?}", record.state));
+        w.calls.push(format!("mark-served {}", record.seed));
+        let fence = format!("{}-{}", record.seed, record.created_at);
+        match w.fences.get(&fence) {
+            Some(r) if r != record => return Ok(Created::AlreadyExists),
+            _ => {}
+        }
+        w.fences.insert(fence, record.clone());
         w.record = Some(record.clone());
-        Ok(())
+        Ok(Created::Created)
     }
 
     async fn note_down(&self, instance: &str, since: Timestamp) -> Result<(), Error> {
@@ -342,6 +348,8 @@ impl Members for Fake {
                     .map(|m| (m.id, w.db.get(&m.id).cloned().unwrap_or_default()))
                     .collect(),
                 alarms: w.alarms.clone(),
+                history_compacted: w.compacted > 0
+                    && w.compacted >= w.db.values().map(|s| s.revision).max().unwrap_or(0),
             }),
             _ => ClusterState::Unreachable {
                 detail: "no endpoint answered".into(),

@@ -6,9 +6,10 @@
 //! 1. defragment a member whose database file is mostly free space (`DEFRAG_FREE_PERCENT` of a
 //!    file of at least `DEFRAG_MIN_BYTES`; under `NOSPACE`, any member with a tenth free):
 //!    followers first, one at a time; the leader last, after moving leadership away;
-//! 2. under `NOSPACE` with nothing left to defragment: while the live data takes 90 % of the
-//!    quota, compact the history to the current revision (compaction answers "already compacted"
-//!    when the live data alone is too large: then the alarm stays, and an ERROR says so);
+//! 0. under `NOSPACE`, first compact all history up to the current revision (writes have stopped,
+//!    so it stands still; the configured retention cannot be kept once the quota is full);
+//! 2. under `NOSPACE` with nothing left to defragment: if the live data alone still takes 90 % of
+//!    the quota, wait (an ERROR line and a metric say so): disarming would only alarm again;
 //! 3. under `NOSPACE` once the data fits: disarm the alarm.
 //!
 //! Every voter must answer with its status, and every member be a started voter, or nothing here
@@ -16,7 +17,7 @@
 
 use crate::config::Settings;
 use crate::model::{ClusterView, Member, MemberStatus};
-use crate::planner::Step;
+use crate::planner::{Step, Wait};
 
 pub const NOSPACE: &str = "NOSPACE";
 
@@ -40,6 +41,18 @@ pub fn plan(view: &ClusterView, settings: &Settings) -> Vec<Step> {
         return vec![];
     }
     let nospace = nospace(view);
+    let quota = settings.topology.quota_backend_bytes;
+    if nospace && !view.history_compacted {
+        // Writes have stopped; the revision stands still. All history goes: the retention
+        // cannot be kept once the quota is full.
+        let revision = view
+            .statuses
+            .values()
+            .map(|s| s.revision)
+            .max()
+            .unwrap_or(0);
+        return vec![Step::Compact { revision }];
+    }
     let needs_defrag = |s: &MemberStatus| {
         if nospace {
             s.free() > 0 && s.free().saturating_mul(10) >= s.db_size
@@ -83,15 +96,16 @@ pub fn plan(view: &ClusterView, settings: &Settings) -> Vec<Step> {
     if !nospace {
         return vec![];
     }
-    let quota = settings.topology.quota_backend_bytes;
-    if view.statuses.values().any(|s| nearly_full(s, quota)) {
-        let revision = view
-            .statuses
-            .values()
-            .map(|s| s.revision)
-            .max()
-            .unwrap_or(0);
-        return vec![Step::Compact { revision }];
+    if let Some(in_use) = view
+        .statuses
+        .values()
+        .filter(|s| nearly_full(s, quota))
+        .map(|s| s.db_size_in_use)
+        .max()
+    {
+        // Compacted and defragmented, and the live data alone still fills the quota: disarming
+        // would only raise the alarm again.
+        return vec![Step::Wait(Wait::LiveDataOverQuota { in_use, quota })];
     }
     view.alarms
         .iter()
@@ -161,6 +175,7 @@ mod tests {
             leader: Some(MemberId(1)),
             endpoint: "http://10.0.0.1:2379".into(),
             alarms: vec![],
+            history_compacted: false,
             members,
         }
     }
@@ -226,24 +241,30 @@ mod tests {
         assert_eq!(plan(&v, &settings()), vec![]);
     }
 
+    fn compacted(mut v: ClusterView) -> ClusterView {
+        v.history_compacted = true;
+        v
+    }
+
     #[test]
-    fn nospace_compacts_history_when_the_files_are_full_of_live_pages() {
-        let v = nospace(view([(1000, 990), (1000, 995), (1000, 990)]));
+    fn nospace_first_compacts_all_history() {
+        // Even with free pages to reclaim: compaction first, or the quota fills again at once.
+        let v = nospace(view([(1000, 800), (1000, 995), (1000, 990)]));
         assert_eq!(plan(&v, &settings()), vec![Step::Compact { revision: 503 }]);
     }
 
     #[test]
     fn nospace_then_defragments_every_member_then_disarms() {
         // Compacted: the files are mostly free now.
-        let v = nospace(view([(1000, 100), (1000, 100), (1000, 100)]));
+        let v = compacted(nospace(view([(1000, 100), (1000, 100), (1000, 100)])));
         assert_eq!(plan(&v, &settings()), vec![defrag(2)]);
         // Under NOSPACE even a modest free share is worth reclaiming.
-        let v = nospace(view([(120, 100), (100, 100), (100, 100)]));
+        let v = compacted(nospace(view([(120, 100), (100, 100), (100, 100)])));
         assert!(matches!(
             &plan(&v, &settings())[..],
             [Step::TransferLeadership { .. }]
         ));
-        let v = nospace(view([(100, 100), (100, 100), (100, 100)]));
+        let v = compacted(nospace(view([(100, 100), (100, 100), (100, 100)])));
         assert_eq!(
             plan(&v, &settings()),
             vec![Step::Disarm(Alarm {
@@ -255,9 +276,14 @@ mod tests {
 
     #[test]
     fn nospace_with_live_data_over_the_quota_is_not_disarmed() {
-        // Nothing to defragment and the live data still fills the quota: compact (etcd answers
-        // "already compacted"), never disarm.
-        let v = nospace(view([(1000, 950), (1000, 950), (1000, 950)]));
-        assert!(matches!(&plan(&v, &settings())[..], [Step::Compact { .. }]));
+        // Compacted, nothing to defragment, and the live data still fills the quota.
+        let v = compacted(nospace(view([(1000, 950), (1000, 950), (1000, 950)])));
+        assert_eq!(
+            plan(&v, &settings()),
+            vec![Step::Wait(Wait::LiveDataOverQuota {
+                in_use: 950 * MIB,
+                quota: 1000 * MIB
+            })]
+        );
     }
 }

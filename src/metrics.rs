@@ -68,6 +68,10 @@ impl Metrics {
             })
             .count();
         m.set("HeldForQuorum", guarded as i64, "Count");
+        let over = waits
+            .iter()
+            .any(|w| matches!(w, Wait::LiveDataOverQuota { .. }));
+        m.set("LiveDataOverQuota", i64::from(over), "Count");
         match &obs.cluster {
             ClusterState::Known(v) => {
                 let voters = v.voters().count();
@@ -172,6 +176,7 @@ mod tests {
                 leader: Some(MemberId(1)),
                 endpoint: String::new(),
                 alarms: vec![],
+                history_compacted: false,
             }),
             published: PublishedState::default(),
             now: 1000,

@@ -160,6 +160,9 @@ pub struct ClusterView {
     pub statuses: BTreeMap<MemberId, MemberStatus>,
     /// The cluster's active alarms.
     pub alarms: Vec<Alarm>,
+    /// Whether all history up to the current revision is compacted away. Asked only under a
+    /// NOSPACE alarm (writes stop then, so the revision stands still); false otherwise.
+    pub history_compacted: bool,
 }
 
 /// One member's own status: its database file and how much of it is in use, its version, and

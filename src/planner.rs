@@ -104,6 +104,9 @@ pub enum Removal {
     Terminating,
     LearnerNeverStarted,
     InstanceGone,
+    /// Its etcd is down and its instance is marked Unhealthy: the group replaces it, possibly
+    /// launching the replacement first, which cannot join while the dead member counts.
+    Replaced,
 }
 
 /// Work remains, but no step is safe or useful right now.
@@ -136,6 +139,10 @@ pub enum Wait {
         instance: String,
         replacement: String,
     },
+    /// A voter does not answer, and etcd refuses every add until it answers or is removed.
+    JoinBlocked {
+        member: MemberId,
+    },
     /// A started member of another instance holds this instance's peer URL (a reused address):
     /// it must be removed before this instance can join.
     PeerUrlTaken {
@@ -155,6 +162,12 @@ pub enum Wait {
     NotYetVisible {
         step: &'static str,
         instance: Option<String>,
+    },
+    /// NOSPACE: history compacted and every member defragmented, and the live data alone still
+    /// fills the backend quota. Disarming would only alarm again: data must be deleted.
+    LiveDataOverQuota {
+        in_use: u64,
+        quota: u64,
     },
     /// etcd refused a step with an answer that means "not yet" (a member down, the learner not in
     /// sync, too few started members) for longer than this invocation could wait.
@@ -188,9 +201,11 @@ impl Wait {
             Self::VoterNotStarted { .. } => "voter-not-started",
             Self::LastVoterHeld { .. } => "last-voter-held",
             Self::PeerUrlTaken { .. } => "peer-url-taken",
+            Self::JoinBlocked { .. } => "join-blocked",
             Self::MemberDown { .. } => "member-down",
             Self::NotYetVisible { .. } => "not-yet-visible",
             Self::Refused { .. } => "refused-for-now",
+            Self::LiveDataOverQuota { .. } => "live-data-over-quota",
         }
     }
 }
@@ -277,6 +292,7 @@ impl Wait {
         match self {
             Self::QuorumGuard { member, .. }
             | Self::VoterNotStarted { member }
+            | Self::JoinBlocked { member }
             | Self::PeerUrlTaken { member, .. }
             | Self::MemberDown { member, .. } => Some(*member),
             _ => None,
@@ -299,17 +315,17 @@ pub fn assess(obs: &Observation, settings: &Settings) -> Plan {
         ClusterState::Unreachable { detail } => return without_cluster(obs, settings, detail),
         ClusterState::Known(view) => view,
     };
-    if let Some(step) = record_bookkeeping(obs, view) {
-        return match step {
-            Step::Wait(w) => waiting(w),
-            step => stepping(step),
-        };
-    }
     let p = Planner {
         obs,
         settings,
         view,
     };
+    if let Some(step) = record_bookkeeping(obs, view).or_else(|| p.forget_recovered()) {
+        return match step {
+            Step::Wait(w) => waiting(w),
+            step => stepping(step),
+        };
+    }
     // Every rule is a cheap pure function: evaluating all keeps the priority order plain.
     let candidates = [
         p.removals(),
@@ -331,7 +347,10 @@ pub fn assess(obs: &Observation, settings: &Settings) -> Plan {
     // Maintenance ranks below membership: only when membership has nothing to do or wait for.
     if waits.is_empty() {
         if let Some(step) = crate::maintenance::plan(view, settings).into_iter().next() {
-            return stepping(step);
+            return match step {
+                Step::Wait(w) => waiting(w),
+                step => stepping(step),
+            };
         }
     }
     // A short wait (something starting) is what an invocation may poll for: report it first.
@@ -355,21 +374,31 @@ fn record_bookkeeping(obs: &Observation, view: &ClusterView) -> Option<Step> {
             ),
         }));
     }
-    if record.has_served() && record.cluster_id.is_some() {
+    if !(record.has_served() && record.cluster_id.is_some()) {
+        // Served: the seed is a started voter of the cluster that answers.
+        let seed_serves = view
+            .voters()
+            .any(|m| m.is_started() && m.name == record.seed);
+        if record.has_served() || seed_serves {
+            return Some(Step::MarkServed(ClusterRecord {
+                state: RecordState::Served,
+                cluster_id: Some(view.cluster_id),
+                ..record.clone()
+            }));
+        }
         return None;
     }
-    // Served: the seed is a started voter of the cluster that answers.
-    let seed_serves = view
-        .voters()
-        .any(|m| m.is_started() && m.name == record.seed);
-    if record.has_served() || seed_serves {
-        return Some(Step::MarkServed(ClusterRecord {
-            state: RecordState::Served,
-            cluster_id: Some(view.cluster_id),
-            ..record.clone()
-        }));
-    }
-    None
+    // Once it served, the seed's config never says `new` again: if the seed lost its data it
+    // would bootstrap a one-member cluster with the very same member and cluster ids. With
+    // `existing` and nobody else listed, such an etcd refuses to start instead.
+    let seed_config = obs.published.members.get(&record.seed)?;
+    (seed_config.config.state == InitialState::New).then(|| Step::Publish {
+        instance: record.seed.clone(),
+        config: MemberConfig {
+            state: InitialState::Existing,
+            ..seed_config.config.clone()
+        },
+    })
 }
 
 /// Instances held in a lifecycle hook, whose heartbeat keeps the hook from timing out while a
@@ -643,6 +672,15 @@ impl<'a> Planner<'a> {
                     instance,
                     reason: Removal::InstanceGone,
                 });
+            } else if instance.is_some_and(|i| {
+                !i.healthy && i.state != LifecycleState::TerminatingWait && !self.healthy(m)
+            }) {
+                // Removing a dead voter never lowers the failures the cluster tolerates.
+                leaving.push(Leaving {
+                    member: m,
+                    instance,
+                    reason: Removal::Replaced,
+                });
             }
         }
         // Stable: within the same health, the order above (leaving by age, then orphans by id).
@@ -809,6 +847,19 @@ impl<'a> Planner<'a> {
         if let Some(v) = self.view.voters().find(|v| !v.is_started()) {
             return vec![Step::Wait(Wait::VoterNotStarted { member: v.id })];
         }
+        // etcd refuses every add while a voter is not connected: wait, and let the later rules
+        // replace the dead member (whose removal unblocks the join).
+        if let Some(v) = self.view.voters().find(|v| !self.healthy(v)) {
+            let wants =
+                self.obs.instances.iter().any(|i| {
+                    i.state.wants_membership() && i.healthy && self.member_of(i).is_none()
+                });
+            return if wants {
+                vec![Step::Wait(Wait::JoinBlocked { member: v.id })]
+            } else {
+                vec![]
+            };
+        }
         let mut out = Vec::new();
         for i in by_age(&self.obs.instances).into_iter().filter(|i| {
             i.state.wants_membership()
@@ -893,8 +944,25 @@ impl<'a> Planner<'a> {
         out
     }
 
-    /// Rule 7: configs of instances that are gone; down-marks of instances that are gone or whose
-    /// etcd answers again.
+    /// A down-mark of a member that answers again (or has no member any more) goes at once, before
+    /// any other rule: a mark left behind would count a later blip from the first one.
+    fn forget_recovered(&self) -> Option<Step> {
+        self.obs
+            .published
+            .down_since
+            .keys()
+            .find(|id| {
+                self.obs.instance(id).is_some_and(|i| {
+                    self.member_of(i)
+                        .is_none_or(|m| self.healthy(m) && m.is_started())
+                })
+            })
+            .map(|id| Step::ForgetDown {
+                instance: id.clone(),
+            })
+    }
+
+    /// Rule 7: configs and down-marks of instances that are gone.
     fn cleanup(&self) -> Vec<Step> {
         let gone = |id: &str| self.obs.instance(id).is_none_or(|i| !i.state.is_present());
         let configs = self
@@ -911,14 +979,7 @@ impl<'a> Planner<'a> {
             .published
             .down_since
             .keys()
-            .filter(|id| {
-                gone(id)
-                    || self
-                        .obs
-                        .instance(id)
-                        .and_then(|i| self.member_of(i))
-                        .is_none_or(|m| self.healthy(m))
-            })
+            .filter(|id| gone(id))
             .map(|id| Step::ForgetDown {
                 instance: id.clone(),
             });

@@ -70,11 +70,12 @@ pub trait PublishedConfig: Send + Sync {
         old: &ClusterRecord,
         new: &ClusterRecord,
     ) -> impl Future<Output = Result<Created, Error>> + Send;
-    /// Overwrite the record with the same cluster's newer facts (it served, its id).
-    fn update_cluster(
+    /// Overwrite the record with the same cluster's newer facts (it served, its id), unless that
+    /// record generation was replaced first (`AlreadyExists`). After this, it never is.
+    fn mark_served(
         &self,
         record: &ClusterRecord,
-    ) -> impl Future<Output = Result<(), Error>> + Send;
+    ) -> impl Future<Output = Result<Created, Error>> + Send;
     /// Remember when this instance's etcd was first seen down.
     fn note_down(
         &self,

@@ -320,7 +320,11 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
             }
             let plan = planner::assess(&obs, &self.config.settings);
             let mut step = plan.step;
-            if last_applied.as_ref() == Some(&step) {
+            let same = |a: &Step| {
+                (a.name(), a.instance(), a.member())
+                    == (step.name(), step.instance(), step.member())
+            };
+            if last_applied.as_ref().is_some_and(same) {
                 // Applied, yet still called for: what we observe has not caught up with it.
                 step = Step::Wait(Wait::NotYetVisible {
                     step: step.name(),
@@ -333,6 +337,18 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                     let mut metrics = Metrics::observed(&obs, &plan.waits);
                     metrics.0.extend(counts.0.clone());
                     let held_for_quorum = held_for_quorum(&plan.waits);
+                    for w in &plan.waits {
+                        if let Wait::LiveDataOverQuota { in_use, quota } = w {
+                            tracing::error!(
+                            in_use,
+                            quota,
+                            "NOSPACE: the live data alone fills the backend quota even with all \
+                             history compacted and every member defragmented; the alarm stays \
+                             until data is deleted (or members are replaced with a larger \
+                             QUOTA_BACKEND_BYTES)"
+                        );
+                        }
+                    }
                     for h in &held_for_quorum {
                         warn!(instance = %h.instance, member = %h.member, blocking = ?h.blocking,
                         "terminate hook held: removing this member now would cost quorum; \
@@ -477,8 +493,10 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                 })
             }
             Step::MarkServed(record) => {
-                meter.aws(published.update_cluster(record)).await?;
-                Ok("recorded")
+                Ok(match meter.aws(published.mark_served(record)).await? {
+                    Created::Created => "recorded",
+                    Created::AlreadyExists => "lost-race",
+                })
             }
             Step::NoteDown { instance, since } => {
                 meter.aws(published.note_down(instance, *since)).await?;
@@ -498,30 +516,17 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                 Ok("marked-unhealthy")
             }
             Step::Compact { revision } => {
-                let nospace = view.is_some_and(maintenance::nospace);
                 let r = meter
                     .etcd(members.compact(&endpoint(None)?, *revision))
                     .await?;
+                if view.is_some_and(maintenance::nospace) {
+                    warn!(
+                        revision,
+                        "NOSPACE: compacting all history up to the current revision"
+                    );
+                }
                 Ok(match r {
-                    Compacted::Now => {
-                        if nospace {
-                            warn!(
-                                revision,
-                                "NOSPACE: compacting all history up to the current revision"
-                            );
-                        }
-                        "compacted"
-                    }
-                    Compacted::Already if nospace => {
-                        tracing::error!(
-                            revision,
-                            quota = self.config.settings.topology.quota_backend_bytes,
-                            "NOSPACE: the live data alone fills the backend quota even with all \
-                             history compacted; the alarm stays until data is deleted or \
-                             QUOTA_BACKEND_BYTES is raised (new members only)"
-                        );
-                        "live-data-over-quota"
-                    }
+                    Compacted::Now => "compacted",
                     Compacted::Already => "already-compacted",
                 })
             }

@@ -407,7 +407,7 @@ async fn published_config_round_trips_through_ssm() {
         cluster_id: Some(0xdead_beef),
         ..next.clone()
     };
-    store.update_cluster(&served).await.unwrap();
+    assert_eq!(store.mark_served(&served).await.unwrap(), Created::Created);
     assert_eq!(store.load().await.unwrap().cluster, Some(served.clone()));
     // Replacing a record that is no longer the current one changes nothing.
     assert_eq!(

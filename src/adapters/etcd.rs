@@ -99,6 +99,8 @@ struct StatusResponse {
 struct StatusHeader {
     #[serde(default, deserialize_with = "id")]
     revision: u64,
+    #[serde(default, deserialize_with = "id")]
+    member_id: u64,
 }
 
 impl From<&StatusResponse> for MemberStatus {
@@ -319,8 +321,12 @@ impl EtcdMembers {
                         body,
                         Some(HEALTH_TIMEOUT),
                     );
+                    // Only the member itself counts: anything else answering at its URL (an
+                    // address reused by another etcd) says nothing of its health.
                     if let Ok(s) = status.await {
-                        return Some((id, s));
+                        if s.header.member_id == id.0 {
+                            return Some((id, s));
+                        }
                     }
                 }
                 None
@@ -356,7 +362,7 @@ impl EtcdMembers {
                 None,
             )
             .await?;
-        let alarms = alarms
+        let alarms: Vec<Alarm> = alarms
             .alarms
             .into_iter()
             .filter(|a| !a.alarm.is_empty() && a.alarm != "NONE")
@@ -365,15 +371,42 @@ impl EtcdMembers {
                 kind: a.alarm,
             })
             .collect();
+        let history_compacted = if alarms.iter().any(|a| a.kind == "NOSPACE") {
+            let revision = statuses.values().map(|s| s.revision).max().unwrap_or(0);
+            self.compacted_up_to(endpoint, revision).await?
+        } else {
+            false
+        };
         Ok(ClusterView {
             cluster_id: list.header.cluster_id,
             members,
             statuses,
             alarms,
+            history_compacted,
             leader: Some(leader),
             healthy,
             endpoint: endpoint.to_string(),
         })
+    }
+}
+
+impl EtcdMembers {
+    /// Whether history before `revision` is compacted away: a read at the revision before it is
+    /// refused as compacted.
+    async fn compacted_up_to(&self, endpoint: &str, revision: i64) -> Result<bool, Error> {
+        if revision <= 1 {
+            return Ok(true);
+        }
+        let body =
+            json!({"key": "AA==", "revision": (revision - 1).to_string(), "count_only": true});
+        match self
+            .call::<Value>("range", endpoint, "/v3/kv/range", body, None)
+            .await
+        {
+            Ok(_) => Ok(false),
+            Err(e) if e.refusal() == Some(Refusal::AlreadyCompacted) => Ok(true),
+            Err(e) => Err(e),
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! The published cluster record and member configs, as SSM parameters under one prefix:
 //! `<prefix>/cluster` (JSON), `<prefix>/members/<instance-id>` (an etcd env file, tagged with the
 //! instance's ARN so only that instance may read it), `<prefix>/down/<instance-id>` (when its
-//! etcd was first seen down, epoch seconds) and `<prefix>/superseded/<seed>-<created>` (the fence
+//! etcd was first seen down, epoch seconds) and `<prefix>/decided/<seed>-<created>` (the fence
 //! of a record replaced because its seed never served).
 
 use aws_sdk_ssm::types::{ParameterType, ResourceTypeForTagging, Tag};
@@ -15,6 +15,9 @@ use crate::ports::{self, Created};
 /// The tag on each member parameter that the instance policy compares with the requesting
 /// instance's `ec2:SourceInstanceARN` (template.yaml).
 pub const INSTANCE_ARN_TAG: &str = "etcd-asg-instance-arn";
+
+/// The decision that a record generation served (see `decide`).
+const SERVED: &str = "served";
 
 pub struct SsmParameters {
     pub ssm: aws_sdk_ssm::Client,
@@ -36,8 +39,24 @@ impl SsmParameters {
         format!("{}/down/{instance}", self.prefix)
     }
 
-    fn fence_name(&self, old: &ClusterRecord) -> String {
-        format!("{}/superseded/{}-{}", self.prefix, old.seed, old.created_at)
+    fn decision_name(&self, record: &ClusterRecord) -> String {
+        format!(
+            "{}/decided/{}-{}",
+            self.prefix, record.seed, record.created_at
+        )
+    }
+
+    /// The one create-only decision about a record generation: `served`, or the record that
+    /// replaced it. Whichever is written first holds forever; returns the one in force.
+    async fn decide(&self, record: &ClusterRecord, decision: String) -> Result<String, Error> {
+        let name = self.decision_name(record);
+        match self.put(name.clone(), decision.clone(), false).await? {
+            Created::Created => Ok(decision),
+            Created::AlreadyExists => self.get(name.clone()).await?.ok_or(Error::BadParameter {
+                name,
+                detail: "exists and then does not: deleted by hand?".into(),
+            }),
+        }
     }
 
     async fn put(&self, name: String, value: String, overwrite: bool) -> Result<Created, Error> {
@@ -156,40 +175,45 @@ impl ports::PublishedConfig for SsmParameters {
         self.put(self.cluster_name(), value, false).await
     }
 
-    /// The fence is a create-only parameter named after the old record and holding the new one:
-    /// only one replacement of a record ever wins. Whoever finds the fence already there rolls its
-    /// replacement forward if the writer died between the fence and the record.
+    /// Only if no decision was made about `old` yet (it served, or someone replaced it first).
+    /// Whoever finds a replacement already decided rolls it forward if its writer died between
+    /// the decision and the record.
     async fn replace_cluster(
         &self,
         old: &ClusterRecord,
         new: &ClusterRecord,
     ) -> Result<Created, Error> {
-        let fence = self.fence_name(old);
         let value = serde_json::to_string(new).expect("a record serializes");
-        let won = self.put(fence.clone(), value.clone(), false).await?;
-        let value = match won {
-            Created::Created => value,
-            Created::AlreadyExists => match self.get(fence.clone()).await? {
-                Some(v) => v,
-                None => return Ok(Created::AlreadyExists),
-            },
-        };
+        let decided = self.decide(old, value.clone()).await?;
+        if decided == SERVED {
+            return Ok(Created::AlreadyExists);
+        }
         let current = match self.get(self.cluster_name()).await? {
             Some(v) => Some(Self::parse_record(&self.cluster_name(), &v)?),
             None => None,
         };
         if current.as_ref() != Some(old) {
-            // Replaced already (by whoever wrote the fence), or changed since we looked.
+            // Replaced already (by whoever decided), or changed since we looked.
             return Ok(Created::AlreadyExists);
         }
-        Self::parse_record(&fence, &value)?;
-        self.put(self.cluster_name(), value, true).await?;
-        Ok(won)
+        Self::parse_record(&self.decision_name(old), &decided)?;
+        let won = decided == value;
+        self.put(self.cluster_name(), decided, true).await?;
+        Ok(if won {
+            Created::Created
+        } else {
+            Created::AlreadyExists
+        })
     }
 
-    async fn update_cluster(&self, record: &ClusterRecord) -> Result<(), Error> {
+    /// Only if the record was not replaced first: a served record is never replaced after.
+    async fn mark_served(&self, record: &ClusterRecord) -> Result<Created, Error> {
+        if self.decide(record, SERVED.into()).await? != SERVED {
+            return Ok(Created::AlreadyExists);
+        }
         let value = serde_json::to_string(record).expect("a record serializes");
-        self.put(self.cluster_name(), value, true).await.map(drop)
+        self.put(self.cluster_name(), value, true).await?;
+        Ok(Created::Created)
     }
 
     /// Written, then tagged: until the tag is there the instance cannot read it (fail closed).

@@ -105,6 +105,7 @@ impl Given {
             endpoint: "http://10.0.0.1:2379".into(),
             statuses: Default::default(),
             alarms: vec![],
+            history_compacted: false,
         });
         self
     }
@@ -150,7 +151,10 @@ impl Given {
     }
     /// Whatever config: for rules that only ask whether one exists.
     fn some_config(self, n: u8) -> Self {
-        let c = seed_config(n);
+        let c = MemberConfig {
+            state: InitialState::Existing,
+            ..seed_config(n)
+        };
         self.published(n, c, 1)
     }
     fn plan(&self) -> Step {
@@ -375,7 +379,7 @@ fn the_seed_launch_completes_once_it_answers() {
     let g = given(vec![inst(1, PendingWait), inst(2, PendingWait)])
         .record(1)
         .members(vec![voter(1)])
-        .published(1, seed_config(1), 5);
+        .some_config(1);
     assert_eq!(
         g.plan(),
         complete(1, Transition::Launch, ActionResult::Continue)
@@ -826,9 +830,26 @@ fn replacements_go_one_at_a_time_and_never_during_a_membership_change() {
             .down_since(3, 1)
     };
     assert!(matches!(five().plan(), Step::Replace { instance, .. } if instance == i(2)));
-    // 2 is already marked: the group is replacing it; 3 waits its turn.
+    // 2 is already marked: its dead member goes now (a replacement launched first could not
+    // join while it counts), and 3 waits its turn.
     let mut g = five();
     g.obs.instances[1].healthy = false;
+    assert_eq!(
+        g.plan(),
+        Step::RemoveMember {
+            member: id(2),
+            instance: Some(i(2)),
+            reason: Removal::Replaced
+        }
+    );
+    let mut g = five();
+    g.obs.instances[1].healthy = false;
+    if let ClusterState::Known(v) = &mut g.obs.cluster {
+        v.members.retain(|m| m.id != id(2));
+    }
+    // (Its down-mark goes first, then 3 waits.)
+    assert_eq!(g.plan(), Step::ForgetDown { instance: i(2) });
+    g.obs.published.down_since.remove(&i(2));
     assert_eq!(
         g.plan(),
         Step::Wait(Wait::MemberDown {
@@ -1028,8 +1049,90 @@ fn a_new_instance_on_a_dead_members_address_does_not_inherit_it() {
         .unhealthy(3);
     let plan = g.plan();
     assert!(matches!(plan, Step::Wait(_)), "{plan:?}");
-    assert!(g.waits().contains(&Wait::PeerUrlTaken {
-        instance: i(4),
-        member: id(2)
-    }));
+    assert!(g.waits().contains(&Wait::JoinBlocked { member: id(2) }));
+}
+
+#[test]
+fn a_join_waits_while_a_voter_is_down_and_the_dead_member_is_noted_meanwhile() {
+    // etcd refuses every add while a voter is not connected: no AddLearner that can only fail,
+    // and the dead member is noted (then replaced) instead.
+    let g = given(vec![
+        inst(1, InService),
+        inst(2, InService),
+        inst(3, InService),
+        inst(4, PendingWait),
+    ])
+    .record(1)
+    .members(vec![voter(1), voter(2), voter(3)])
+    .unhealthy(3);
+    assert_eq!(
+        g.plan(),
+        Step::NoteDown {
+            instance: i(3),
+            since: 1000
+        }
+    );
+    let g = g.down_since(3, 990);
+    assert_eq!(g.plan(), Step::Wait(Wait::JoinBlocked { member: id(3) }));
+}
+
+#[test]
+fn a_replacement_launched_first_joins_once_the_dead_member_on_the_unhealthy_instance_is_removed() {
+    // The group's maintenance policy launches 4 before terminating 3, which we marked Unhealthy.
+    let g = given(vec![
+        inst(1, InService),
+        inst(2, InService),
+        unhealthy_inst(3, InService),
+        inst(4, PendingWait),
+    ])
+    .record(1)
+    .members(vec![voter(1), voter(2), voter(3)])
+    .unhealthy(3)
+    .down_since(3, 1);
+    assert_eq!(
+        g.plan(),
+        Step::RemoveMember {
+            member: id(3),
+            instance: Some(i(3)),
+            reason: Removal::Replaced
+        }
+    );
+    let g = given(vec![
+        inst(1, InService),
+        inst(2, InService),
+        unhealthy_inst(3, InService),
+        inst(4, PendingWait),
+    ])
+    .record(1)
+    .members(vec![voter(1), voter(2)]);
+    assert!(matches!(g.plan(), Step::AddLearner { instance, .. } if instance == i(4)));
+}
+
+#[test]
+fn once_the_cluster_served_the_seed_config_never_says_new_again() {
+    let g = given(vec![inst(1, InService), inst(2, InService)])
+        .record(1)
+        .members(vec![voter(1), voter(2)])
+        .published(1, seed_config(1), 5)
+        .some_config(2);
+    let Step::Publish { instance, config } = g.plan() else {
+        panic!("{:?}", g.plan())
+    };
+    assert_eq!(instance, i(1));
+    assert_eq!(config.state, InitialState::Existing);
+}
+
+#[test]
+fn a_down_mark_goes_before_any_other_step_once_the_member_answers() {
+    // A learner is waiting to be promoted (a step every time), and 2 answers again: its mark is
+    // forgotten first, so a later blip does not count from the first one.
+    let g = given(vec![
+        inst(1, InService),
+        inst(2, InService),
+        inst(3, PendingWait),
+    ])
+    .record(1)
+    .members(vec![voter(1), voter(2), learner(3)])
+    .down_since(2, 1);
+    assert_eq!(g.plan(), Step::ForgetDown { instance: i(2) });
 }

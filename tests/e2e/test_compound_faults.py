@@ -71,8 +71,13 @@ def test_a_seed_that_never_boots_is_abandoned_and_another_seeds_the_cluster(simu
     record = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
     assert record["seed"] != dead, record
     assert record["state"] == "served" and record["cluster_id"] == sim.cluster_id, record
-    fences = [k for k in sim.parameters() if k.startswith(f"{sim.prefix}/superseded/")]
-    assert len(fences) == 1 and fences[0].startswith(f"{sim.prefix}/superseded/{dead}-"), fences
+    # One decision per record: the dead seed's record was replaced (by the current one), and the
+    # current one served; neither can ever be decided otherwise.
+    params = sim.parameters()
+    decided = {k.rsplit("/", 1)[1]: v for k, v in params.items() if k.startswith(f"{sim.prefix}/decided/")}
+    (replaced,) = [v for k, v in decided.items() if k.startswith(f"{dead}-")]
+    assert json.loads(replaced)["seed"] == record["seed"], replaced
+    assert decided[f"{record['seed']}-{record['created_at']}"] == "served", decided
     sim.scale(3)
     sim.wait_converged(3, label="grown from the new seed")
 
