@@ -105,7 +105,7 @@ template-tools:
 package: template-tools
 	rustup target add aarch64-unknown-linux-gnu
 	# cargo-lambda finds zig as `python3 -m ziglang`: this venv's python3 must come first.
-	PATH=$(TEMPLATE_VENV)/bin:$$PATH cargo-lambda lambda build --release --arm64 --locked
+	PATH=$(TEMPLATE_VENV)/bin:$$PATH cargo-lambda lambda build --release --arm64 --locked --bin bootstrap
 	@ls -l $(CARGO_TARGET_DIR)/lambda/bootstrap/bootstrap | awk '{printf "bootstrap (arm64, release): %.1f MiB\n", $$5/1048576}'
 
 ## bench: figures from the simulation (printed, not asserted)
