@@ -3,14 +3,15 @@
 //! membership has nothing to do and nothing to wait for (no member joining, leaving or down).
 //!
 //! Rules, in order:
-//! 1. defragment a member whose database file is mostly free space (`DEFRAG_FREE_PERCENT` of a
-//!    file of at least `DEFRAG_MIN_BYTES`; under `NOSPACE`, any member with a tenth free):
-//!    followers first, one at a time; the leader last, after moving leadership away;
-//! 0. under `NOSPACE`, first compact all history up to the current revision (writes have stopped,
+//! 1. under `NOSPACE`, first compact all history up to the current revision (writes have stopped,
 //!    so it stands still; the configured retention cannot be kept once the quota is full);
-//! 2. under `NOSPACE` with nothing left to defragment: if the live data alone still takes 90 % of
+//! 2. defragment a member whose database file is mostly free space (`DEFRAG_FREE_PERCENT` of a
+//!    file of at least `DEFRAG_MIN_BYTES`; under `NOSPACE`, any member with a tenth free, or with
+//!    any free space in a file at 90 % of the quota): followers first, one at a time; the leader
+//!    last, after moving leadership away;
+//! 3. under `NOSPACE` with nothing left to defragment: if the live data alone still takes 90 % of
 //!    the quota, wait (an ERROR line and a metric say so): disarming would only alarm again;
-//! 3. under `NOSPACE` once the data fits: disarm the alarm.
+//! 4. under `NOSPACE` once the data fits: disarm the alarm.
 //!
 //! Every voter must answer with its status, and every member be a started voter, or nothing here
 //! runs: defragmenting one member while another is down risks the quorum.
@@ -55,7 +56,11 @@ pub fn plan(view: &ClusterView, settings: &Settings) -> Vec<Step> {
     }
     let needs_defrag = |s: &MemberStatus| {
         if nospace {
-            s.free() > 0 && s.free().saturating_mul(10) >= s.db_size
+            // A tenth free, or a file near the quota with anything to reclaim: etcd checks the
+            // file's size against the quota, so one left over it would raise the alarm again.
+            s.free() > 0
+                && (s.free().saturating_mul(10) >= s.db_size
+                    || s.db_size.saturating_mul(10) >= quota.saturating_mul(9))
         } else {
             s.db_size >= settings.defrag_min_bytes
                 && s.free().saturating_mul(100)
@@ -264,6 +269,9 @@ mod tests {
             &plan(&v, &settings())[..],
             [Step::TransferLeadership { .. }]
         ));
+        // A file near the quota is defragmented for any free page at all.
+        let v = compacted(nospace(view([(100, 100), (950, 940), (100, 100)])));
+        assert_eq!(plan(&v, &settings()), vec![defrag(2)]);
         let v = compacted(nospace(view([(100, 100), (100, 100), (100, 100)])));
         assert_eq!(
             plan(&v, &settings()),
@@ -277,7 +285,7 @@ mod tests {
     #[test]
     fn nospace_with_live_data_over_the_quota_is_not_disarmed() {
         // Compacted, nothing to defragment, and the live data still fills the quota.
-        let v = compacted(nospace(view([(1000, 950), (1000, 950), (1000, 950)])));
+        let v = compacted(nospace(view([(950, 950), (950, 950), (950, 950)])));
         assert_eq!(
             plan(&v, &settings()),
             vec![Step::Wait(Wait::LiveDataOverQuota {

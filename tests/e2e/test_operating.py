@@ -1,0 +1,142 @@
+"""Operating on real etcd: NOSPACE recovered by the function, a defragmentation pass with the
+writer running, and the EMF metric lines checked against the simulated cluster."""
+
+import json
+import time
+
+from sim import etcd
+
+MIB = 1 << 20
+
+
+def _wait_for(what, timeout, check):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def _statuses(sim):
+    return [etcd.status(u, timeout=2) for u in sim.running_client_urls()]
+
+
+def _alarms(sim):
+    url = sim.running_client_urls()[0]
+    return etcd.call(url, "/v3/maintenance/alarm", {"action": "GET"}, timeout=2).get("alarms", [])
+
+
+def _emf_lines(sim):
+    """The function's EMF lines: JSON objects with CloudWatch's `_aws` metadata."""
+    out = []
+    with open(f"{sim.workdir}/function.log") as f:
+        for line in f:
+            if '"_aws"' in line:
+                obj = json.loads(line)
+                if "_aws" in obj:
+                    out.append(obj)
+    return out
+
+
+def _steps(sim):
+    return [s for i in sim.function.invocations if i.body for s in i.body.get("steps", [])]
+
+
+def test_nospace_is_recovered_without_an_operator_and_no_latest_value_is_lost(simulation):
+    sim = simulation(writer=False, function_env={"QUOTA_BACKEND_BYTES": str(16 * MIB)})
+    sim.scale(3)
+    sim.wait_converged(3, label="bootstrap")
+    url = sim.running_client_urls()[0]
+    blob = "x" * (512 * 1024)
+    latest = {}
+    # A client rewrites four keys until the history fills the 16 MiB quota.
+    for n in range(200):
+        key = f"/fill/{n % 4}"
+        try:
+            etcd.put(url, key, f"{n}:{blob}", timeout=5)
+            latest[key] = n
+        except etcd.EtcdError as e:
+            assert "database space exceeded" in str(e), e
+            break
+    else:
+        raise AssertionError("the quota was never reached")
+    assert any(a.get("alarm") == "NOSPACE" for a in _alarms(sim)), "NOSPACE raised"
+    # The function compacts, defragments every member and disarms: writable again.
+    _wait_for("the alarm to be disarmed", 120,
+              lambda: any(s.startswith("disarm-alarm") for s in _steps(sim)) and not _alarms(sim))
+    etcd.put(url, "/after", "writable")
+    for key, n in latest.items():
+        got = etcd.call(url, "/v3/kv/range", {"key": etcd.b64(key)})["kvs"][0]["value"]
+        assert etcd.base64.b64decode(got).decode().split(":")[0] == str(n), key
+    steps = _steps(sim)
+    assert any(s.startswith("compact") for s in steps), steps
+    assert any(s.startswith("defragment") for s in steps), steps
+    assert any(s.startswith("disarm-alarm") for s in steps), steps
+    assert all(int(s["dbSize"]) < 16 * MIB for s in _statuses(sim))
+
+
+def test_a_defragmentation_pass_keeps_the_writer_going(simulation):
+    sim = simulation(function_env={"DEFRAG_MIN_BYTES": str(2 * MIB), "DEFRAG_FREE_PERCENT": "50"})
+    sim.scale(3)
+    sim.wait_converged(3, label="bootstrap")
+    url = sim.running_client_urls()[0]
+    blob = "y" * (256 * 1024)
+    for n in range(40):  # 10 MiB of history on one key ...
+        etcd.put(url, "/churn", f"{n}:{blob}", timeout=5)
+    revision = int(etcd.status(url)["header"]["revision"])
+    etcd.call(url, "/v3/kv/compaction", {"revision": str(revision), "physical": True}, timeout=10)
+    # ... compacted away: every member's file is now mostly free space.
+    sim.start_writer()
+    writes_before = len(sim.writer.acked)
+    began = time.monotonic()
+    _wait_for("three defragmentations", 120,
+              lambda: sum(s.startswith("defragment") for s in _steps(sim)) >= 3)
+    time.sleep(2)
+    sim.writer.stop()
+    assert len(sim.writer.acked) > writes_before
+    assert sim.writer.lost() == []
+    stall = sim.writer.longest_stall
+    print(f"longest write stall over the defragmentation pass: {stall:.2f}s "
+          f"({time.monotonic() - began:.1f}s)")
+    assert stall < 2.0, stall
+    assert all(int(s["dbSize"]) < 4 * MIB for s in _statuses(sim))
+    # One member at a time, the leader after handing over: a transfer precedes the last one.
+    steps = [s for s in _steps(sim) if s.startswith(("defragment", "transfer-leadership"))]
+    assert steps[-1].startswith("defragment"), steps
+
+
+def test_every_invocation_logs_metrics_that_match_the_cluster(simulation):
+    sim = simulation(writer=False)
+    sim.scale(3)
+    sim.wait_converged(3, label="bootstrap")
+    n = len(sim.function.invocations)
+    _wait_for("a scheduled run after convergence", 30, lambda: len(sim.function.invocations) > n + 1)
+    lines = _emf_lines(sim)
+    assert lines, "EMF lines on stdout"
+    last = lines[-1]
+    cw = last["_aws"]["CloudWatchMetrics"][0]
+    assert cw["Namespace"] == "EtcdAsgLifecycle" and cw["Dimensions"] == [["ClusterName"]]
+    assert last["ClusterName"] == sim.group
+    declared = {m["Name"] for m in cw["Metrics"]}
+    assert {"Members", "Voters", "HealthyVoters", "QuorumMargin", "DbSizeBytes"} <= declared
+    statuses = _statuses(sim)
+    assert (last["Members"], last["Voters"], last["Learners"]) == (3, 3, 0)
+    assert (last["HealthyVoters"], last["QuorumMargin"], last["InstancesHeld"]) == (3, 1, 0)
+    assert last["DbSizeBytes"] >= max(int(s["dbSize"]) for s in statuses) * 0.5
+    assert last["NospaceAlarm"] == 0
+    # Steps applied are counted by kind over the bootstrap.
+    total = {}
+    for line in lines:
+        for k, v in line.items():
+            if k.startswith("StepsApplied."):
+                total[k] = total.get(k, 0) + v
+    assert total.get("StepsApplied.add-learner") == 2 and total.get("StepsApplied.promote") == 2, total
+    # A member down shows as a quorum margin of 0.
+    victim = sorted(sim.instances)[0]
+    sim.kill_instance(victim)
+    n = len(sim.function.invocations)
+    _wait_for("a scheduled run after the loss", 30, lambda: len(sim.function.invocations) > n + 1)
+    last = _emf_lines(sim)[-1]
+    assert (last["HealthyVoters"], last["QuorumMargin"]) == (2, 0), last
