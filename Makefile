@@ -49,11 +49,12 @@ unit:
 adapters: $(ADAPTER_RUNS)
 
 # ETCD_BIN names the etcd to run; its folder also goes first on PATH, for anything that runs `etcd`.
+# One test at a time: each starts etcd on ports it probed free, which a parallel test could take.
 $(ADAPTER_RUNS): adapters-%: deps
 	@bin=$$($(VENV)/bin/python -m sim.etcd $*) || exit 1; \
 	echo "adapter tests on etcd $* ($$bin)"; \
 	ETCD_VERSION=$* ETCD_BIN=$$bin PATH=$$(dirname $$bin):$$PATH PYTHON=$(VENV)/bin/python \
-		$(CARGO) test --locked --test etcd_adapter --test aws_adapters
+		$(CARGO) test --locked --test etcd_adapter --test aws_adapters -- --test-threads=1
 
 e2e: $(E2E_RUNS) e2e-upgrade
 
