@@ -357,6 +357,18 @@ pub fn explain_step(step: &Step) -> String {
             "maintenance: the data fits the quota again: disarm {} of member {}",
             a.kind, a.member
         ),
+        Step::Backup { member, reason, .. } => format!(
+            "backups: {} snapshot of member {member} to the bucket",
+            match reason {
+                crate::backup::Reason::Scheduled => "the interval passed and the revision moved: a scheduled",
+                crate::backup::Reason::BeforeRemoval => "a healthy member is about to be removed: a fresh",
+            }
+        ),
+        Step::Prune { key } => format!("backups: retention lets {key} go"),
+        Step::Restore { seed, backup, .. } => format!(
+            "recovery: every member of the cluster is gone: start a new generation seeded by {seed}, restored from {} (revision {})",
+            backup.key, backup.revision
+        ),
         Step::Wait(w) => explain_wait(w),
         Step::Idle => "nothing to do: membership matches the group and nothing needs maintenance".into(),
     }
@@ -370,6 +382,7 @@ pub fn explain_wait(w: &Wait) -> String {
             "a cluster record exists but no member answers as a voter that knows a leader: changing nothing ({detail})"
         ),
         Wait::NoSeed => "the seed never served and is gone; waiting for a launching instance to seed anew".into(),
+        Wait::AwaitRestoreRequest => "every member is gone and RECOVERY=manual: put the backup to restore (a key, or latest) in <prefix>/restore-request".into(),
         Wait::QuorumGuard { member, instance, blocking } => format!(
             "removing member {member}{} now would cost quorum: held until the down members ({}) are gone",
             instance.as_ref().map(|i| format!(" ({i}, terminate hook held)")).unwrap_or_default(),
@@ -446,6 +459,7 @@ mod tests {
                 history_compacted: false,
             }),
             published: PublishedState::default(),
+            backups: vec![],
             now: 10,
         };
         let rows = rows(&obs, |a| format!("http://{a}:2380"));

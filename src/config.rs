@@ -70,6 +70,7 @@ impl Topology {
             client_url: self.client_url(address),
             auto_compaction_retention: self.auto_compaction_retention.clone(),
             quota_backend_bytes: self.quota_backend_bytes,
+            restore: None,
         }
     }
 }
@@ -116,6 +117,35 @@ pub struct Settings {
     pub defrag_free_percent: u64,
     /// ...and the file is at least this large.
     pub defrag_min_bytes: u64,
+    /// Backups and recovery; None when no bucket is configured.
+    pub backup: Option<BackupPolicy>,
+}
+
+/// When snapshots are taken and kept, and how a lost cluster comes back.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct BackupPolicy {
+    pub interval_secs: i64,
+    /// One snapshot per hour is kept this many days...
+    pub hourly_days: i64,
+    /// ...and one per day this many.
+    pub daily_days: i64,
+    pub recovery: Recovery,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Recovery {
+    /// Restore the freshest data by itself when every member is lost.
+    Auto,
+    /// Wait for an operator's restore request (`<prefix>/restore-request`).
+    Manual,
+}
+
+/// Where the snapshots go.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct BackupStore {
+    pub bucket: String,
+    /// Key prefix, without leading or trailing '/'.
+    pub prefix: String,
 }
 
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -138,6 +168,8 @@ pub struct Config {
     /// Test-only failpoint (`FAILPOINT_CRASH_AFTER`): abort the process right after a step of
     /// this name succeeds, so tests can kill the function between two steps of one change.
     pub crash_after: Option<String>,
+    /// The backup bucket; None: backups are off.
+    pub backup_store: Option<BackupStore>,
 }
 
 /// The variables, for the README and for error messages.
@@ -162,6 +194,15 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("QUOTA_BACKEND_BYTES", "2147483648"),
     ("DEFRAG_FREE_PERCENT", "50"),
     ("DEFRAG_MIN_BYTES", "104857600"),
+    ("BACKUP_BUCKET", "unset (backups off)"),
+    (
+        "BACKUP_PREFIX",
+        "<PARAMETER_PREFIX without the leading '/'>",
+    ),
+    ("BACKUP_INTERVAL_MINUTES", "15"),
+    ("BACKUP_HOURLY_DAYS", "7"),
+    ("BACKUP_DAILY_DAYS", "90"),
+    ("RECOVERY", "auto"),
     ("WAIT_BUDGET_SECS", "120"),
     ("POLL_INTERVAL_MS", "2000"),
     ("DEADLINE_MARGIN_MS", "5000"),
@@ -240,6 +281,51 @@ impl Config {
                 ));
             }
         };
+        let backup_store = match get("BACKUP_BUCKET") {
+            None => None,
+            Some(bucket) => {
+                let ok = (3..=63).contains(&bucket.len())
+                    && bucket
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || ".-".contains(c));
+                if !ok {
+                    return Err(bad(
+                        "BACKUP_BUCKET",
+                        &bucket,
+                        "must be an S3 bucket name: 3-63 lowercase letters, digits, '.', '-'",
+                    ));
+                }
+                let prefix = get("BACKUP_PREFIX")
+                    .unwrap_or_else(|| parameter_prefix.clone())
+                    .trim_matches('/')
+                    .to_string();
+                if prefix.is_empty()
+                    || !prefix
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "/_.-".contains(c))
+                {
+                    return Err(bad(
+                        "BACKUP_PREFIX",
+                        &prefix,
+                        "must be a key prefix of letters, digits, '/', '_', '.', '-'",
+                    ));
+                }
+                Some(BackupStore { bucket, prefix })
+            }
+        };
+        let backup = match &backup_store {
+            None => None,
+            Some(_) => Some(BackupPolicy {
+                interval_secs: number(&get, "BACKUP_INTERVAL_MINUTES", 15, 1, 1440)? as i64 * 60,
+                hourly_days: number(&get, "BACKUP_HOURLY_DAYS", 7, 1, 365)? as i64,
+                daily_days: number(&get, "BACKUP_DAILY_DAYS", 90, 1, 3650)? as i64,
+                recovery: match get("RECOVERY").as_deref() {
+                    None | Some("auto") => Recovery::Auto,
+                    Some("manual") => Recovery::Manual,
+                    Some(v) => return Err(bad("RECOVERY", v, "must be 'auto' or 'manual'")),
+                },
+            }),
+        };
         let topology = Topology {
             peer_scheme: scheme(&get, "ETCD_PEER_SCHEME")?,
             peer_port: number(&get, "ETCD_PEER_PORT", 2380, 1, 65535)? as u16,
@@ -273,6 +359,7 @@ impl Config {
                 )? as i64,
                 unhealthy_replace_secs: number(&get, "UNHEALTHY_REPLACE_SECS", 300, 10, 86_400)?
                     as i64,
+                backup,
                 defrag_free_percent: number(&get, "DEFRAG_FREE_PERCENT", 50, 10, 95)?,
                 defrag_min_bytes: number(
                     &get,
@@ -305,6 +392,7 @@ impl Config {
                 60_000,
             )?),
             crash_after: get("FAILPOINT_CRASH_AFTER"),
+            backup_store,
         })
     }
 }

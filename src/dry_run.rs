@@ -6,10 +6,13 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::Error;
 use crate::model::{
-    ActionResult, Alarm, ClusterRecord, ClusterState, Instance, MemberConfig, MemberId,
-    PublishedState, Timestamp, Transition,
+    ActionResult, Alarm, Backup, BackupRef, ClusterRecord, ClusterState, Instance, MemberConfig,
+    MemberId, PublishedState, Timestamp, Transition,
 };
-use crate::ports::{Compacted, Completion, Created, Group, Lifecycle, Members, PublishedConfig};
+use crate::ports::{
+    Backups, Compacted, Completion, Created, Group, Lifecycle, Members, PublishedConfig, Snapshot,
+    SnapshotFacts,
+};
 use crate::reconciler::Reconciler;
 
 /// The writes a dry run refused, in order.
@@ -27,10 +30,10 @@ impl<T> DryRun<T> {
 }
 
 /// A reconciler whose every port is wrapped.
-pub type Dry<G, L, P, M> = Reconciler<DryRun<G>, DryRun<L>, DryRun<P>, DryRun<M>>;
+pub type Dry<G, L, P, M, B> = Reconciler<DryRun<G>, DryRun<L>, DryRun<P>, DryRun<M>, DryRun<B>>;
 
 /// The same reconciler with every port wrapped, and the log its refused writes go to.
-pub fn wrap<G, L, P, M>(r: Reconciler<G, L, P, M>) -> (Dry<G, L, P, M>, Refused) {
+pub fn wrap<G, L, P, M, B>(r: Reconciler<G, L, P, M, B>) -> (Dry<G, L, P, M, B>, Refused) {
     let refused = Refused::default();
     let wrap = |inner| DryRun {
         inner,
@@ -51,6 +54,10 @@ pub fn wrap<G, L, P, M>(r: Reconciler<G, L, P, M>) -> (Dry<G, L, P, M>, Refused)
                 refused: refused.clone(),
             },
             members: wrap(r.members),
+            backups: r.backups.map(|inner| DryRun {
+                inner,
+                refused: refused.clone(),
+            }),
             config: r.config,
             clock: r.clock,
         },
@@ -135,6 +142,18 @@ impl<P: PublishedConfig> PublishedConfig for DryRun<P> {
         Ok(())
     }
 
+    async fn restore_cluster(
+        &self,
+        old: &ClusterRecord,
+        new: &ClusterRecord,
+    ) -> Result<Created, Error> {
+        self.refuse(format!(
+            "replace the record of the lost cluster seeded by {} with a restored one seeded by {}",
+            old.seed, new.seed
+        ));
+        Ok(Created::Created)
+    }
+
     async fn publish(&self, instance: &str, config: &MemberConfig) -> Result<(), Error> {
         self.refuse(format!(
             "publish config of {instance} ({:?}, {} members)",
@@ -147,6 +166,45 @@ impl<P: PublishedConfig> PublishedConfig for DryRun<P> {
     async fn unpublish(&self, instance: &str) -> Result<(), Error> {
         self.refuse(format!("delete config of {instance}"));
         Ok(())
+    }
+}
+
+impl<B: Backups> Backups for DryRun<B> {
+    async fn list(&self) -> Result<Vec<Backup>, Error> {
+        self.inner.list().await
+    }
+
+    async fn store(
+        &self,
+        _snapshot: Snapshot,
+        facts: &SnapshotFacts,
+    ) -> Result<(Backup, String), Error> {
+        self.refuse(format!(
+            "store a snapshot of member {} at revision {}",
+            facts.member, facts.revision
+        ));
+        let backup = Backup {
+            key: "(dry run)".into(),
+            token: facts.token.clone(),
+            taken_at: facts.taken_at,
+            revision: facts.revision,
+            size: 0,
+        };
+        Ok((backup, String::new()))
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), Error> {
+        self.refuse(format!("delete backup {key}"));
+        Ok(())
+    }
+
+    async fn hand_over(&self, key: &str, instance: &str) -> Result<BackupRef, Error> {
+        self.refuse(format!("let {instance} read backup {key}"));
+        Ok(BackupRef {
+            key: key.into(),
+            url: String::new(),
+            sha256: String::new(),
+        })
     }
 }
 
@@ -185,6 +243,11 @@ impl<M: Members> Members for DryRun<M> {
         Ok(())
     }
 
+    /// Reading: a snapshot changes nothing (the store it would go to refuses).
+    async fn snapshot(&self, endpoint: &str) -> Result<Snapshot, Error> {
+        self.inner.snapshot(endpoint).await
+    }
+
     async fn transfer_leadership(&self, _leader: &str, to: MemberId) -> Result<(), Error> {
         self.refuse(format!("move leadership to {to}"));
         Ok(())
@@ -218,6 +281,7 @@ mod tests {
             lifecycle: world.clone(),
             published: world.clone(),
             members: world.clone(),
+            backups: None::<Fake>,
             config,
             clock: Arc::new(move || clock_world.world().now),
         };

@@ -40,6 +40,83 @@ pub struct World {
     pub live_bytes: u64,
     pub alarms: Vec<Alarm>,
     pub compacted: i64,
+    /// The keyspace, as one string: what a snapshot streams and a restore brings back.
+    pub data: String,
+    pub restore_request: Option<String>,
+    /// The backup bucket: key → (backup, content).
+    pub bucket: BTreeMap<String, (Backup, String)>,
+}
+
+/// A snapshot streamed in small chunks.
+struct Chunks(Vec<Vec<u8>>);
+
+impl SnapshotStream for Chunks {
+    fn next_chunk(&mut self) -> NextChunk<'_> {
+        let next = (!self.0.is_empty()).then(|| self.0.remove(0));
+        Box::pin(async move { Ok(next) })
+    }
+}
+
+impl Backups for Fake {
+    async fn list(&self) -> Result<Vec<Backup>, Error> {
+        let mut v: Vec<Backup> = self
+            .world()
+            .bucket
+            .values()
+            .map(|(b, _)| b.clone())
+            .collect();
+        v.sort_by_key(|b| (b.taken_at, b.revision));
+        Ok(v)
+    }
+
+    async fn store(
+        &self,
+        mut snapshot: Snapshot,
+        facts: &SnapshotFacts,
+    ) -> Result<(Backup, String), Error> {
+        let mut content = Vec::new();
+        while let Some(chunk) = snapshot.next_chunk().await? {
+            content.extend(chunk);
+        }
+        let mut w = self.world();
+        let key = format!(
+            "backups/{}/{:011}-rev{}.db",
+            facts.token, facts.taken_at, facts.revision
+        );
+        w.calls.push(format!("store {key}"));
+        let backup = Backup {
+            key: key.clone(),
+            token: facts.token.clone(),
+            taken_at: facts.taken_at,
+            revision: facts.revision,
+            size: content.len() as u64,
+        };
+        let content = String::from_utf8(content).unwrap();
+        w.bucket.insert(key, (backup.clone(), content.clone()));
+        Ok((backup, format!("sha-of-{content}")))
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), Error> {
+        let mut w = self.world();
+        w.calls.push(format!("delete {key}"));
+        w.bucket.remove(key);
+        Ok(())
+    }
+
+    async fn hand_over(&self, key: &str, instance: &str) -> Result<BackupRef, Error> {
+        let mut w = self.world();
+        w.calls.push(format!("hand-over {key} to {instance}"));
+        let (_, content) = w
+            .bucket
+            .get(key)
+            .ok_or_else(|| refused("hand over", Refusal::Other))?
+            .clone();
+        Ok(BackupRef {
+            key: key.to_string(),
+            url: format!("s3://bucket/{key}"),
+            sha256: format!("sha-of-{content}"),
+        })
+    }
 }
 
 #[derive(Clone, Default)]
@@ -112,6 +189,13 @@ impl Fake {
             let c = &p.config;
             match c.state {
                 InitialState::New if w.members.is_empty() => {
+                    if let Some(r) = &c.restore {
+                        let content = w.bucket.get(&r.key).map(|(_, c)| c.clone());
+                        match content {
+                            Some(c) if format!("sha-of-{c}") == r.sha256 => w.data = c,
+                            _ => continue, // refuses to start: nothing restored
+                        }
+                    }
                     w.next_member += 1;
                     w.clusters_formed += 1;
                     w.members.push(Member {
@@ -228,6 +312,7 @@ impl PublishedConfig for Fake {
             cluster: w.record.clone(),
             members: w.configs.clone(),
             down_since: w.down_since.clone(),
+            restore_request: w.restore_request.clone(),
         })
     }
 
@@ -256,6 +341,22 @@ impl PublishedConfig for Fake {
         if w.record.as_ref() == Some(old) {
             w.record = Some(new.clone());
         }
+        Ok(Created::Created)
+    }
+
+    async fn restore_cluster(
+        &self,
+        old: &ClusterRecord,
+        new: &ClusterRecord,
+    ) -> Result<Created, Error> {
+        let mut w = self.world();
+        w.calls.push(format!("restore-cluster seed {}", new.seed));
+        let fence = format!("restored-{}-{}", old.seed, old.created_at);
+        if w.fences.contains_key(&fence) || w.record.as_ref() != Some(old) {
+            return Ok(Created::AlreadyExists);
+        }
+        w.fences.insert(fence, new.clone());
+        w.record = Some(new.clone());
         Ok(Created::Created)
     }
 
@@ -460,6 +561,15 @@ impl Members for Fake {
             s.db_size = s.db_size_in_use;
         }
         Ok(())
+    }
+
+    async fn snapshot(&self, endpoint: &str) -> Result<Snapshot, Error> {
+        let mut w = self.world();
+        w.calls.push(format!("snapshot {endpoint}"));
+        let data = w.data.clone();
+        Ok(Box::new(Chunks(
+            data.into_bytes().chunks(4).map(<[u8]>::to_vec).collect(),
+        )))
     }
 
     async fn disarm(&self, _endpoint: &str, alarm: &Alarm) -> Result<(), Error> {

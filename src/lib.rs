@@ -4,6 +4,7 @@
 //! [`planner`] for the next safe step and applies it, until nothing is left to do.
 
 pub mod adapters;
+pub mod backup;
 pub mod cli;
 pub mod config;
 pub mod dry_run;

@@ -145,6 +145,7 @@ mod tests {
             unhealthy_replace_secs: 300,
             defrag_free_percent: 50,
             defrag_min_bytes: 100 * MIB,
+            backup: None,
         }
     }
 

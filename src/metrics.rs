@@ -72,6 +72,11 @@ impl Metrics {
             .iter()
             .any(|w| matches!(w, Wait::LiveDataOverQuota { .. }));
         m.set("LiveDataOverQuota", i64::from(over), "Count");
+        if let Some(record) = &obs.published.cluster {
+            if let Some(b) = crate::backup::latest(&obs.backups, &record.token) {
+                m.set("SecondsSinceLastBackup", obs.now - b.taken_at, "Seconds");
+            }
+        }
         match &obs.cluster {
             ClusterState::Known(v) => {
                 let voters = v.voters().count();
@@ -179,6 +184,7 @@ mod tests {
                 history_compacted: false,
             }),
             published: PublishedState::default(),
+            backups: vec![],
             now: 1000,
         };
         let m = Metrics::observed(&obs, &[]);

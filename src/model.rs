@@ -217,6 +217,38 @@ pub struct ClusterRecord {
     /// other id belongs to another cluster and is never believed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_id: Option<u64>,
+    /// A generation bootstrapped from a backup: which, and the record of the cluster it
+    /// replaced (kept for the audit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<Restore>,
+}
+
+/// What a restored generation came from.
+#[derive(Clone, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Restore {
+    pub snapshot: BackupRef,
+    pub previous_token: String,
+    pub previous_seed: String,
+    pub previous_created_at: Timestamp,
+}
+
+/// One snapshot in the bucket: its key, where the seed fetches it, and its checksum.
+#[derive(Clone, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
+pub struct BackupRef {
+    pub key: String,
+    pub url: String,
+    pub sha256: String,
+}
+
+/// A complete backup (its manifest exists), as the bucket listing tells it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Backup {
+    pub key: String,
+    /// The cluster token of the generation it was taken from.
+    pub token: String,
+    pub taken_at: Timestamp,
+    pub revision: i64,
+    pub size: u64,
 }
 
 impl ClusterRecord {
@@ -228,6 +260,7 @@ impl ClusterRecord {
             created_at,
             state: RecordState::Bootstrapping,
             cluster_id: None,
+            restored_from: None,
         }
     }
 
@@ -278,6 +311,8 @@ pub struct MemberConfig {
     pub client_url: String,
     pub auto_compaction_retention: String,
     pub quota_backend_bytes: u64,
+    /// For the seed of a restored generation: the snapshot its boot script restores first.
+    pub restore: Option<BackupRef>,
 }
 
 impl MemberConfig {
@@ -302,7 +337,16 @@ impl MemberConfig {
             self.client_url,
             self.auto_compaction_retention,
             self.quota_backend_bytes
-        )
+        ) + &self
+            .restore
+            .as_ref()
+            .map(|r| {
+                format!(
+                    "ETCD_ASG_RESTORE_URL={}\nETCD_ASG_RESTORE_SHA256={}\n",
+                    r.url, r.sha256
+                )
+            })
+            .unwrap_or_default()
     }
 
     pub fn parse_env(text: &str) -> Result<Self, String> {
@@ -349,6 +393,21 @@ impl MemberConfig {
             quota_backend_bytes: get("ETCD_QUOTA_BACKEND_BYTES")?
                 .parse()
                 .map_err(|e| format!("ETCD_QUOTA_BACKEND_BYTES: {e}"))?,
+            restore: match (
+                vars.get("ETCD_ASG_RESTORE_URL"),
+                vars.get("ETCD_ASG_RESTORE_SHA256"),
+            ) {
+                (Some(url), Some(sha256)) => Some(BackupRef {
+                    key: url
+                        .strip_prefix("s3://")
+                        .and_then(|r| r.split_once('/'))
+                        .map(|(_, k)| k.to_string())
+                        .unwrap_or_default(),
+                    url: url.to_string(),
+                    sha256: sha256.to_string(),
+                }),
+                _ => None,
+            },
         })
     }
 }
@@ -368,6 +427,8 @@ pub struct PublishedState {
     pub members: BTreeMap<String, Published>,
     /// When the function first saw each in-service instance's etcd not answering, by instance id.
     pub down_since: BTreeMap<String, Timestamp>,
+    /// An operator's request to restore (RECOVERY=manual): a backup key, or `latest`.
+    pub restore_request: Option<String>,
 }
 
 /// One complete look at the world; the planner decides from this alone.
@@ -376,6 +437,8 @@ pub struct Observation {
     pub instances: Vec<Instance>,
     pub cluster: ClusterState,
     pub published: PublishedState,
+    /// Complete backups, oldest first; empty when backups are off.
+    pub backups: Vec<Backup>,
     pub now: Timestamp,
 }
 
@@ -433,6 +496,7 @@ mod tests {
             client_url: "http://10.0.0.2:2379".into(),
             auto_compaction_retention: "1h".into(),
             quota_backend_bytes: 2 << 30,
+            restore: None,
         };
         let env = cfg.to_env();
         assert!(env.contains("ETCD_AUTO_COMPACTION_MODE=periodic\n"));

@@ -24,7 +24,7 @@
 
 use crate::config::Settings;
 use crate::model::{
-    ActionResult, Alarm, ClusterRecord, ClusterState, ClusterView, InitialState, Instance,
+    ActionResult, Alarm, Backup, ClusterRecord, ClusterState, ClusterView, InitialState, Instance,
     LifecycleState, Member, MemberConfig, MemberId, Observation, RecordState, Timestamp,
     Transition,
 };
@@ -95,6 +95,24 @@ pub enum Step {
     },
     /// Deactivate an alarm once its cause is gone.
     Disarm(Alarm),
+    /// Stream a snapshot of `member` into the backup store.
+    Backup {
+        member: MemberId,
+        endpoint: String,
+        reason: crate::backup::Reason,
+    },
+    /// Delete a backup retention lets go.
+    Prune {
+        key: String,
+    },
+    /// Every member of the cluster that served is gone: start a new generation from `backup`,
+    /// seeded by `seed` (replacing `old`, once).
+    Restore {
+        old: ClusterRecord,
+        seed: String,
+        token: String,
+        backup: Backup,
+    },
     Wait(Wait),
     Idle,
 }
@@ -124,6 +142,8 @@ pub enum Wait {
     },
     /// A record that never served, whose seed is gone, and no launching instance to seed anew.
     NoSeed,
+    /// Every member is gone and RECOVERY=manual: waiting for `<prefix>/restore-request`.
+    AwaitRestoreRequest,
     /// Removing this member now would leave fewer healthy voters than a quorum; `instance` is held
     /// in its terminate hook meanwhile, `blocking` are the voters whose etcd is down.
     QuorumGuard {
@@ -197,6 +217,7 @@ impl Wait {
             Self::LearnerStarting { .. } => "learner-starting",
             Self::ClusterUnreachable { .. } => "cluster-unreachable",
             Self::NoSeed => "no-seed",
+            Self::AwaitRestoreRequest => "await-restore-request",
             Self::QuorumGuard { .. } => "quorum-guard",
             Self::VoterNotStarted { .. } => "voter-not-started",
             Self::LastVoterHeld { .. } => "last-voter-held",
@@ -236,6 +257,9 @@ impl Step {
             Self::Compact { .. } => "compact",
             Self::Defragment { .. } => "defragment",
             Self::Disarm(_) => "disarm-alarm",
+            Self::Backup { .. } => "backup",
+            Self::Prune { .. } => "prune-backup",
+            Self::Restore { .. } => "restore",
             Self::Wait(_) => "wait",
             Self::Idle => "idle",
         }
@@ -245,6 +269,7 @@ impl Step {
         match self {
             Self::CreateCluster(r) | Self::MarkServed(r) => Some(&r.seed),
             Self::ReseedCluster { new, .. } => Some(&new.seed),
+            Self::Restore { seed, .. } => Some(seed),
             Self::Publish { instance, .. }
             | Self::AddLearner { instance, .. }
             | Self::Promote { instance, .. }
@@ -264,7 +289,8 @@ impl Step {
             Self::Promote { member, .. }
             | Self::RemoveMember { member, .. }
             | Self::Replace { member, .. }
-            | Self::Defragment { member, .. } => Some(*member),
+            | Self::Defragment { member, .. }
+            | Self::Backup { member, .. } => Some(*member),
             Self::Disarm(a) => Some(a.member),
             Self::TransferLeadership { from, .. } => Some(*from),
             Self::Wait(w) => w.member(),
@@ -353,6 +379,11 @@ pub fn assess(obs: &Observation, settings: &Settings) -> Plan {
             };
         }
     }
+    // Backups: whenever membership has no step to take (a wait, such as a held termination,
+    // is when a fresh snapshot matters most).
+    if let Some(step) = p.scheduled_backup().or_else(|| p.prune()) {
+        return Plan { step, waits };
+    }
     // A short wait (something starting) is what an invocation may poll for: report it first.
     let step = waits
         .iter()
@@ -392,10 +423,14 @@ fn record_bookkeeping(obs: &Observation, view: &ClusterView) -> Option<Step> {
     // would bootstrap a one-member cluster with the very same member and cluster ids. With
     // `existing` and nobody else listed, such an etcd refuses to start instead.
     let seed_config = obs.published.members.get(&record.seed)?;
-    (seed_config.config.state == InitialState::New).then(|| Step::Publish {
+    let needs_rewrite =
+        seed_config.config.state == InitialState::New || seed_config.config.restore.is_some();
+    needs_rewrite.then(|| Step::Publish {
         instance: record.seed.clone(),
         config: MemberConfig {
             state: InitialState::Existing,
+            // Restoring again would found a second copy of the cluster.
+            restore: None,
             ..seed_config.config.clone()
         },
     })
@@ -459,8 +494,31 @@ fn without_cluster(obs: &Observation, settings: &Settings, detail: &str) -> Plan
         });
     };
     if record.has_served() {
-        // Never bootstrap over a cluster that served: it is out of reach, not gone.
-        return unreachable();
+        // Never bootstrap over a cluster that served, unless every member is gone for good and
+        // a backup brings its data back.
+        let Some(policy) = settings.backup.as_ref() else {
+            return unreachable();
+        };
+        if !crate::backup::every_member_gone(obs) {
+            return unreachable();
+        }
+        let Some(seed) = seed_candidate(obs, None) else {
+            return unreachable();
+        };
+        return match crate::backup::choose(obs, policy) {
+            crate::backup::Choice::Restore(backup) => stepping(Step::Restore {
+                old: record.clone(),
+                seed: seed.id.clone(),
+                token: format!("{}-{}", settings.cluster_name, seed.id),
+                backup,
+            }),
+            crate::backup::Choice::AwaitRequest => waiting(Wait::AwaitRestoreRequest),
+            crate::backup::Choice::NoBackup => waiting(Wait::ClusterUnreachable {
+                detail: format!(
+                    "every member is gone and there is no backup to restore ({detail})"
+                ),
+            }),
+        };
     }
     // Bootstrap is under way only while the seed is still held at launch: its action completes
     // once it is a started voter (and the record says served), so a seed in service with a
@@ -482,8 +540,10 @@ fn without_cluster(obs: &Observation, settings: &Settings, detail: &str) -> Plan
             let t = &settings.topology;
             let initial_cluster = vec![(seed.id.clone(), t.peer_url(address))];
             let token = record.token.clone();
-            let config =
-                t.member_config(&seed.id, address, initial_cluster, InitialState::New, token);
+            let config = MemberConfig {
+                restore: record.restored_from.as_ref().map(|r| r.snapshot.clone()),
+                ..t.member_config(&seed.id, address, initial_cluster, InitialState::New, token)
+            };
             match obs.published.members.get(&seed.id) {
                 Some(p) if p.config == config => {
                     if obs.now - p.published_at > settings.learner_start_timeout_secs {
@@ -510,11 +570,14 @@ fn without_cluster(obs: &Observation, settings: &Settings, detail: &str) -> Plan
         None => match seed_candidate(obs, Some(&record.seed)) {
             Some(next) => stepping(Step::ReseedCluster {
                 old: record.clone(),
-                new: ClusterRecord::bootstrapping(
-                    format!("{}-{}", settings.cluster_name, next.id),
-                    next.id.clone(),
-                    obs.now,
-                ),
+                new: ClusterRecord {
+                    restored_from: record.restored_from.clone(),
+                    ..ClusterRecord::bootstrapping(
+                        format!("{}-{}", settings.cluster_name, next.id),
+                        next.id.clone(),
+                        obs.now,
+                    )
+                },
             }),
             None => waiting(Wait::NoSeed),
         },
@@ -697,9 +760,16 @@ impl<'a> Planner<'a> {
                 }));
                 continue;
             }
+            // A healthy member leaves only behind a fresh snapshot; a dead one never waits.
+            let m = l.member;
+            if self.healthy(m) && !m.is_learner {
+                if let Some(step) = self.backup_before_removal() {
+                    out.push(step);
+                    continue;
+                }
+            }
             // Only a leader that answers can hand over; a hung one loses leadership to an
             // election anyway, and the removal goes to another member.
-            let m = l.member;
             if self.view.leader == Some(m.id) && !m.is_learner && self.healthy(m) {
                 if let (Some(to), Some(endpoint)) = (self.transferee(m.id), m.client_urls.first()) {
                     out.push(Step::TransferLeadership {
@@ -719,6 +789,53 @@ impl<'a> Planner<'a> {
         // Action steps before waits, in the order found.
         out.sort_by_key(|s| matches!(s, Step::Wait(_)));
         out
+    }
+
+    fn token(&self) -> String {
+        self.obs
+            .published
+            .cluster
+            .as_ref()
+            .map_or_else(|| self.settings.cluster_name.clone(), |r| r.token.clone())
+    }
+
+    fn backup_step(&self, reason: crate::backup::Reason) -> Option<Step> {
+        let (member, endpoint) = crate::backup::source(self.view)?;
+        Some(Step::Backup {
+            member,
+            endpoint,
+            reason,
+        })
+    }
+
+    fn backup_before_removal(&self) -> Option<Step> {
+        self.settings.backup.as_ref()?;
+        let stale =
+            crate::backup::stale_for_removal(&self.obs.backups, &self.token(), self.obs.now);
+        stale
+            .then(|| self.backup_step(crate::backup::Reason::BeforeRemoval))
+            .flatten()
+    }
+
+    fn scheduled_backup(&self) -> Option<Step> {
+        let policy = self.settings.backup.as_ref()?;
+        let due = crate::backup::due(
+            &self.obs.backups,
+            &self.token(),
+            self.view,
+            self.obs.now,
+            policy,
+        );
+        due.then(|| self.backup_step(crate::backup::Reason::Scheduled))
+            .flatten()
+    }
+
+    fn prune(&self) -> Option<Step> {
+        let policy = self.settings.backup.as_ref()?;
+        crate::backup::expired(&self.obs.backups, self.obs.now, policy)
+            .into_iter()
+            .next()
+            .map(|key| Step::Prune { key })
     }
 
     /// A started, healthy voter that is staying.

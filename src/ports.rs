@@ -2,11 +2,12 @@
 //! `adapters` and an in-memory fake for the handler tests.
 
 use std::future::Future;
+use std::pin::Pin;
 
 use crate::error::Error;
 use crate::model::{
-    ActionResult, Alarm, ClusterRecord, ClusterState, Instance, MemberConfig, MemberId,
-    PublishedState, Timestamp, Transition,
+    ActionResult, Alarm, Backup, BackupRef, ClusterRecord, ClusterState, Instance, MemberConfig,
+    MemberId, PublishedState, Timestamp, Transition,
 };
 
 /// The group's instances with their lifecycle states and addresses.
@@ -84,6 +85,13 @@ pub trait PublishedConfig: Send + Sync {
     ) -> impl Future<Output = Result<(), Error>> + Send;
     /// Deleting what is already gone succeeds.
     fn forget_down(&self, instance: &str) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Replace `old`, a record that served and whose every member is gone, with `new`, a
+    /// generation restored from a backup: once per `old`, whoever asks first.
+    fn restore_cluster(
+        &self,
+        old: &ClusterRecord,
+        new: &ClusterRecord,
+    ) -> impl Future<Output = Result<Created, Error>> + Send;
     fn publish(
         &self,
         instance: &str,
@@ -129,10 +137,80 @@ pub trait Members: Send + Sync {
         endpoint: &str,
         alarm: &Alarm,
     ) -> impl Future<Output = Result<(), Error>> + Send;
+    /// The member's database, streamed (etcd's maintenance Snapshot answers without quorum).
+    fn snapshot(&self, endpoint: &str) -> impl Future<Output = Result<Snapshot, Error>> + Send;
     /// Sent to the current leader.
     fn transfer_leadership(
         &self,
         leader_endpoint: &str,
         to: MemberId,
     ) -> impl Future<Output = Result<(), Error>> + Send;
+}
+
+/// The next chunk of a snapshot, or `None` at its end.
+pub type NextChunk<'a> = Pin<Box<dyn Future<Output = Result<Option<Vec<u8>>, Error>> + Send + 'a>>;
+
+/// A snapshot as it streams out of a member: chunks until `None`. Never whole in memory.
+pub trait SnapshotStream: Send {
+    fn next_chunk(&mut self) -> NextChunk<'_>;
+}
+
+pub type Snapshot = Box<dyn SnapshotStream>;
+
+/// What a backup records besides its bytes.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct SnapshotFacts {
+    /// The cluster token of the generation it is taken from.
+    pub token: String,
+    pub revision: i64,
+    pub cluster_id: u64,
+    /// The member (hex id) it streamed from, and its etcd version.
+    pub member: String,
+    pub etcd_version: String,
+    pub taken_at: Timestamp,
+}
+
+/// The object store the snapshots go to.
+pub trait Backups: Send + Sync {
+    /// Every complete backup (manifest written), oldest first.
+    fn list(&self) -> impl Future<Output = Result<Vec<Backup>, Error>> + Send;
+    /// Streams `snapshot` in; returns the backup and the SHA-256 of its content.
+    fn store(
+        &self,
+        snapshot: Snapshot,
+        facts: &SnapshotFacts,
+    ) -> impl Future<Output = Result<(Backup, String), Error>> + Send;
+    /// Deleting what is already gone succeeds.
+    fn delete(&self, key: &str) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Where `instance` fetches the backup and what it must hash to; grants it read access.
+    fn hand_over(
+        &self,
+        key: &str,
+        instance: &str,
+    ) -> impl Future<Output = Result<BackupRef, Error>> + Send;
+}
+
+/// Backups off: the store that is never there.
+pub enum NoBackups {}
+
+impl Backups for NoBackups {
+    async fn list(&self) -> Result<Vec<Backup>, Error> {
+        match *self {}
+    }
+
+    async fn store(
+        &self,
+        _snapshot: Snapshot,
+        _facts: &SnapshotFacts,
+    ) -> Result<(Backup, String), Error> {
+        match *self {}
+    }
+
+    async fn delete(&self, _key: &str) -> Result<(), Error> {
+        match *self {}
+    }
+
+    async fn hand_over(&self, _key: &str, _instance: &str) -> Result<BackupRef, Error> {
+        match *self {}
+    }
 }

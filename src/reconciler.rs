@@ -16,10 +16,14 @@ use crate::event::{self, Expected, Trigger};
 use crate::maintenance;
 use crate::metrics::Metrics;
 use crate::model::{
-    ActionResult, ClusterState, ClusterView, MemberId, Observation, Timestamp, Transition,
+    ActionResult, ClusterRecord, ClusterState, ClusterView, MemberId, Observation, Restore,
+    Timestamp, Transition,
 };
 use crate::planner::{self, Step, Wait};
-use crate::ports::{Compacted, Completion, Created, Group, Lifecycle, Members, PublishedConfig};
+use crate::ports::{
+    Backups, Compacted, Completion, Created, Group, Lifecycle, Members, NoBackups, PublishedConfig,
+    SnapshotFacts,
+};
 
 /// Steps one invocation applies at most: a bound on a plan that would not converge.
 const MAX_STEPS: usize = 64;
@@ -138,16 +142,18 @@ impl Meter {
     }
 }
 
-pub struct Reconciler<G, L, P, M> {
+pub struct Reconciler<G, L, P, M, B = NoBackups> {
     pub group: G,
     pub lifecycle: L,
     pub published: P,
     pub members: M,
+    /// The backup store; None when backups are off.
+    pub backups: Option<B>,
     pub config: Config,
     pub clock: Clock,
 }
 
-impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P, M> {
+impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members, B: Backups> Reconciler<G, L, P, M, B> {
     pub async fn handle(&self, payload: &Value, deadline: Instant) -> Result<Response, Error> {
         let expected = Expected {
             group: &self.config.group_name,
@@ -271,10 +277,15 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
             .collect();
         let expected = published.cluster.as_ref().and_then(|r| r.cluster_id);
         let cluster = meter.etcd(self.members.observe(&endpoints, expected)).await;
+        let backups = match &self.backups {
+            Some(b) => meter.aws(b.list()).await?,
+            None => vec![],
+        };
         Ok(Observation {
             instances,
             cluster,
             published,
+            backups,
             now: (self.clock)(),
         })
     }
@@ -534,6 +545,70 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
                 meter.etcd(members.defragment(endpoint)).await?;
                 Ok("defragmented")
             }
+            Step::Backup {
+                member,
+                endpoint,
+                reason,
+            } => {
+                let store = self.backups.as_ref().ok_or_else(|| no_store(step))?;
+                let view = view.ok_or_else(|| no_store(step))?;
+                let status = view.statuses.get(member).cloned().unwrap_or_default();
+                let facts = SnapshotFacts {
+                    token: obs.published.cluster.as_ref().map_or_else(
+                        || self.config.settings.cluster_name.clone(),
+                        |r| r.token.clone(),
+                    ),
+                    revision: status.revision,
+                    cluster_id: view.cluster_id,
+                    member: member.to_string(),
+                    etcd_version: status.version,
+                    taken_at: obs.now,
+                };
+                let snapshot = meter.etcd(members.snapshot(endpoint)).await?;
+                let (backup, sha256) = meter.aws(store.store(snapshot, &facts)).await?;
+                info!(key = %backup.key, size = backup.size, %sha256, revision = backup.revision,
+                    ?reason, "backup stored");
+                Ok("stored")
+            }
+            Step::Prune { key } => {
+                let store = self.backups.as_ref().ok_or_else(|| no_store(step))?;
+                meter.aws(store.delete(key)).await?;
+                Ok("pruned")
+            }
+            Step::Restore {
+                old,
+                seed,
+                token,
+                backup,
+            } => {
+                let store = self.backups.as_ref().ok_or_else(|| no_store(step))?;
+                let snapshot = meter.aws(store.hand_over(&backup.key, seed)).await?;
+                let new = ClusterRecord {
+                    restored_from: Some(Restore {
+                        snapshot,
+                        previous_token: old.token.clone(),
+                        previous_seed: old.seed.clone(),
+                        previous_created_at: old.created_at,
+                    }),
+                    ..ClusterRecord::bootstrapping(token.clone(), seed.clone(), obs.now)
+                };
+                match meter.aws(published.restore_cluster(old, &new)).await? {
+                    Created::Created => {
+                        tracing::error!(
+                            snapshot = %backup.key,
+                            revision = backup.revision,
+                            snapshot_age_secs = obs.now - backup.taken_at,
+                            old_token = %old.token,
+                            new_token = %token,
+                            %seed,
+                            "every member is gone: restoring the cluster from its latest backup; \
+                             writes newer than the snapshot (up to its age) are lost"
+                        );
+                        Ok("restoring")
+                    }
+                    Created::AlreadyExists => Ok("lost-race"),
+                }
+            }
             Step::Disarm(alarm) => {
                 meter.etcd(members.disarm(&endpoint(None)?, alarm)).await?;
                 Ok("disarmed")
@@ -604,6 +679,14 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members> Reconciler<G, L, P,
             info!(%instance, %transition, completion = ?c, "lifecycle heartbeat");
         }
         Ok(())
+    }
+}
+
+fn no_store(step: &Step) -> Error {
+    Error::Config {
+        var: "BACKUP_BUCKET".into(),
+        value: String::new(),
+        reason: format!("is needed for {} (backups are off)", step.name()),
     }
 }
 

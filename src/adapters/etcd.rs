@@ -11,10 +11,12 @@ use tokio::task::JoinSet;
 use crate::config::TlsFiles;
 use crate::error::{Error, Refusal};
 use crate::model::{Alarm, ClusterState, ClusterView, Member, MemberId, MemberStatus};
-use crate::ports::{Compacted, Members};
+use crate::ports::{Compacted, Members, NextChunk, Snapshot, SnapshotStream};
 
 /// A health probe is one status call: it gets less time than a membership change.
 const HEALTH_TIMEOUT: Duration = Duration::from_millis(1000);
+/// Streaming a snapshot of a 8 GiB database within a Lambda invocation's 15 minutes.
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(600);
 /// Defragmenting a 2 GiB file takes tens of seconds on slow disks.
 const DEFRAG_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -390,6 +392,87 @@ impl EtcdMembers {
     }
 }
 
+/// The JSON gateway's server stream: one `{"result": {...}}` object per line, each carrying a
+/// base64 `blob` of the database; an `{"error": ...}` object ends it badly.
+struct SnapshotLines {
+    response: reqwest::Response,
+    endpoint: String,
+    pending: Vec<u8>,
+    finished: bool,
+}
+
+#[derive(Deserialize)]
+struct SnapshotLine {
+    result: Option<SnapshotChunk>,
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct SnapshotChunk {
+    #[serde(default)]
+    blob: String,
+}
+
+impl SnapshotLines {
+    fn broken(&self, detail: String) -> Error {
+        Error::EtcdProtocol {
+            operation: "snapshot",
+            detail: format!("from {}: {detail}", self.endpoint),
+        }
+    }
+
+    /// The next decoded chunk, reading more of the body while no whole line is buffered.
+    async fn next(&mut self) -> Result<Option<Vec<u8>>, Error> {
+        use base64::Engine;
+        loop {
+            if let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=end).collect();
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                let parsed: SnapshotLine = serde_json::from_slice(&line)
+                    .map_err(|e| self.broken(format!("unreadable stream message: {e}")))?;
+                if let Some(e) = parsed.error {
+                    return Err(self.broken(format!("etcd ended the stream: {e}")));
+                }
+                let blob = parsed.result.map(|r| r.blob).unwrap_or_default();
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(blob.as_bytes())
+                    .map_err(|e| self.broken(format!("a chunk is not base64: {e}")))?;
+                if bytes.is_empty() {
+                    continue;
+                }
+                return Ok(Some(bytes));
+            }
+            if self.finished {
+                if self.pending.iter().all(u8::is_ascii_whitespace) {
+                    return Ok(None);
+                }
+                // The last message without its newline.
+                self.pending.push(b'\n');
+                continue;
+            }
+            match self.response.chunk().await {
+                Ok(Some(bytes)) => self.pending.extend_from_slice(&bytes),
+                Ok(None) => self.finished = true,
+                Err(e) => {
+                    return Err(Error::EtcdUnavailable {
+                        operation: "snapshot",
+                        endpoint: self.endpoint.clone(),
+                        source: Box::new(e),
+                    })
+                }
+            }
+        }
+    }
+}
+
+impl SnapshotStream for SnapshotLines {
+    fn next_chunk(&mut self) -> NextChunk<'_> {
+        Box::pin(self.next())
+    }
+}
+
 impl EtcdMembers {
     /// Whether history before `revision` is compacted away: a read at the revision before it is
     /// refused as compacted.
@@ -492,6 +575,34 @@ impl Members for EtcdMembers {
         )
         .await
         .map(drop)
+    }
+
+    async fn snapshot(&self, endpoint: &str) -> Result<Snapshot, Error> {
+        let url = format!("{}/v3/maintenance/snapshot", endpoint.trim_end_matches('/'));
+        let response = self
+            .client
+            .post(url)
+            .json(&json!({}))
+            .timeout(SNAPSHOT_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| Error::EtcdUnavailable {
+                operation: "snapshot",
+                endpoint: endpoint.to_string(),
+                source: Box::new(e),
+            })?;
+        if !response.status().is_success() {
+            return Err(Error::EtcdProtocol {
+                operation: "snapshot",
+                detail: format!("{endpoint} answered HTTP {}", response.status()),
+            });
+        }
+        Ok(Box::new(SnapshotLines {
+            response,
+            endpoint: endpoint.to_string(),
+            pending: Vec::new(),
+            finished: false,
+        }))
     }
 
     async fn disarm(&self, endpoint: &str, alarm: &Alarm) -> Result<(), Error> {

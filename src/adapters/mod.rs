@@ -2,6 +2,7 @@
 
 pub mod autoscaling;
 pub mod etcd;
+pub mod s3;
 pub mod ssm;
 
 use crate::config::Config;
@@ -14,6 +15,7 @@ pub type Live = Reconciler<
     autoscaling::LifecycleHooks,
     ssm::SsmParameters,
     etcd::EtcdMembers,
+    s3::S3Backups,
 >;
 
 /// One SDK configuration, one client per service, one instance-ARN look-up: the wiring the
@@ -35,6 +37,12 @@ pub async fn connect(config: Config, aws: &aws_config::SdkConfig) -> Result<Live
             launch_hook: config.launch_hook.clone(),
             terminate_hook: config.terminate_hook.clone(),
         },
+        backups: config.backup_store.as_ref().map(|store| s3::S3Backups {
+            s3: aws_sdk_s3::Client::new(aws),
+            bucket: store.bucket.clone(),
+            prefix: store.prefix.clone(),
+            instance_arn_prefix: instance_arn_prefix.clone(),
+        }),
         published: ssm::SsmParameters {
             ssm: aws_sdk_ssm::Client::new(aws),
             prefix: config.parameter_prefix.clone(),

@@ -121,6 +121,7 @@ impl ports::PublishedConfig for SsmParameters {
         let mut state = PublishedState::default();
         let members_path = format!("{}/members/", self.prefix);
         let down_path = format!("{}/down/", self.prefix);
+        let restore_request = format!("{}/restore-request", self.prefix);
         let cluster_name = self.cluster_name();
         let mut pages = self
             .ssm
@@ -137,6 +138,8 @@ impl ports::PublishedConfig for SsmParameters {
                 };
                 if name == cluster_name {
                     state.cluster = Some(Self::parse_record(name, value)?);
+                } else if name == restore_request {
+                    state.restore_request = Some(value.trim().to_string());
                 } else if let Some(instance) = name.strip_prefix(&down_path) {
                     match value.trim().parse() {
                         Ok(since) => {
@@ -204,6 +207,32 @@ impl ports::PublishedConfig for SsmParameters {
         } else {
             Created::AlreadyExists
         })
+    }
+
+    /// The fence is `<prefix>/restored/<old seed>-<old created>`, create-only, holding the new
+    /// record: one restore per lost generation, rolled forward by whoever finds it.
+    async fn restore_cluster(
+        &self,
+        old: &ClusterRecord,
+        new: &ClusterRecord,
+    ) -> Result<Created, Error> {
+        let fence = format!("{}/restored/{}-{}", self.prefix, old.seed, old.created_at);
+        let value = serde_json::to_string(new).expect("a record serializes");
+        let won = self.put(fence.clone(), value.clone(), false).await?;
+        let decided = match won {
+            Created::Created => value,
+            Created::AlreadyExists => self.get(fence.clone()).await?.unwrap_or_default(),
+        };
+        let current = match self.get(self.cluster_name()).await? {
+            Some(v) => Some(Self::parse_record(&self.cluster_name(), &v)?),
+            None => None,
+        };
+        if current.as_ref() != Some(old) {
+            return Ok(Created::AlreadyExists);
+        }
+        Self::parse_record(&fence, &decided)?;
+        self.put(self.cluster_name(), decided, true).await?;
+        Ok(won)
     }
 
     /// Only if the record was not replaced first: a served record is never replaced after.

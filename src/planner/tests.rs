@@ -19,6 +19,7 @@ fn settings() -> Settings {
         unhealthy_replace_secs: 300,
         defrag_free_percent: 50,
         defrag_min_bytes: 100 << 20,
+        backup: None,
     }
 }
 
@@ -83,6 +84,7 @@ fn given(instances: Vec<Instance>) -> Given {
                 detail: "connection refused".into(),
             },
             published: PublishedState::default(),
+            backups: vec![],
             now: 1000,
         },
     }
@@ -172,6 +174,7 @@ fn seed_config(n: u8) -> MemberConfig {
         client_url: format!("http://10.0.0.{n}:2379"),
         auto_compaction_retention: "1h".into(),
         quota_backend_bytes: 2 << 30,
+        restore: None,
     }
 }
 

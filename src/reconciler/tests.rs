@@ -7,11 +7,13 @@ use crate::fake::Fake;
 use crate::model::{InitialState, LifecycleState, MemberId};
 use serde_json::json;
 
-fn reconciler(world: &Fake) -> Reconciler<Fake, Fake, Fake, Fake> {
+type Tested = Reconciler<Fake, Fake, Fake, Fake, Fake>;
+
+fn reconciler(world: &Fake) -> Tested {
     reconciler_with(world, &[])
 }
 
-fn reconciler_with(world: &Fake, extra: &[(&str, &str)]) -> Reconciler<Fake, Fake, Fake, Fake> {
+fn reconciler_with(world: &Fake, extra: &[(&str, &str)]) -> Tested {
     let extra: Vec<(String, String)> = extra
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -39,6 +41,7 @@ fn reconciler_with(world: &Fake, extra: &[(&str, &str)]) -> Reconciler<Fake, Fak
         lifecycle: world.clone(),
         published: world.clone(),
         members: world.clone(),
+        backups: config.backup_store.is_some().then(|| world.clone()),
         config,
         clock: Arc::new(move || clock_world.world().now),
     }
@@ -691,4 +694,140 @@ async fn nospace_with_too_much_live_data_is_never_disarmed() {
         "{:#?}",
         w.calls
     );
+}
+
+// Backups and recovery (issue 8).
+
+fn with_backups(world: &Fake) -> Tested {
+    reconciler_with(world, &[("BACKUP_BUCKET", "backups")])
+}
+
+async fn converge_with(r: &Tested, world: &Fake) {
+    for _ in 0..40 {
+        let resp = r.handle(&schedule(), far()).await.unwrap();
+        world.boot();
+        world.world().now += 5;
+        if let Response::Reconciled { waiting: None, .. } = resp {
+            return;
+        }
+    }
+    panic!("did not converge: {:#?}", world.calls());
+}
+
+#[tokio::test]
+async fn a_healthy_member_leaves_only_behind_a_fresh_snapshot() {
+    let world = three_member_cluster().await;
+    world.world().data = "k=v".into();
+    let r = with_backups(&world);
+    converge_with(&r, &world).await; // the first scheduled backup
+    world.world().now += 120; // older than a minute
+    world.start_terminating("i-00000003");
+    converge_with(&r, &world).await;
+    let calls = world.calls();
+    let stores: Vec<usize> = calls
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.starts_with("store"))
+        .map(|(n, _)| n)
+        .collect();
+    let removal = calls.iter().position(|c| c.starts_with("remove")).unwrap();
+    assert_eq!(stores.len(), 2, "{calls:#?}");
+    assert!(
+        stores[1] < removal,
+        "a fresh snapshot before the removal: {calls:#?}"
+    );
+}
+
+#[tokio::test]
+async fn scheduled_snapshots_wait_for_the_interval_and_a_moved_revision() {
+    use crate::model::MemberStatus;
+    let world = three_member_cluster().await;
+    let r = with_backups(&world);
+    r.handle(&schedule(), far()).await.unwrap();
+    let count = |w: &Fake| w.calls().iter().filter(|c| c.starts_with("store")).count();
+    assert_eq!(count(&world), 1, "the first one at once");
+    world.world().now += 3600;
+    r.handle(&schedule(), far()).await.unwrap();
+    assert_eq!(count(&world), 1, "the revision has not moved");
+    {
+        let mut w = world.world();
+        let ids: Vec<MemberId> = w.members.iter().map(|m| m.id).collect();
+        for id in ids {
+            let s = MemberStatus {
+                revision: 50,
+                ..Default::default()
+            };
+            w.db.insert(id, s);
+        }
+    }
+    r.handle(&schedule(), far()).await.unwrap();
+    assert_eq!(count(&world), 2, "interval passed, revision moved");
+}
+
+#[tokio::test]
+async fn when_every_member_is_lost_the_cluster_comes_back_from_the_latest_backup() {
+    let world = three_member_cluster().await;
+    world.world().data = "precious".into();
+    let r = with_backups(&world);
+    r.handle(&schedule(), far()).await.unwrap();
+    let (old_token, old_id) = {
+        let w = world.world();
+        let rec = w.record.clone().unwrap();
+        (rec.token, rec.cluster_id)
+    };
+    // Every instance gone at once, no hook; the data dies with them; the group launches anew.
+    {
+        let mut w = world.world();
+        w.instances.clear();
+        w.members.clear();
+        w.data.clear();
+    }
+    for n in 4..=6 {
+        world.launch(n);
+    }
+    converge_with(&r, &world).await;
+    let w = world.world();
+    assert_eq!(w.data, "precious", "restored");
+    let rec = w.record.clone().unwrap();
+    let restored = rec.restored_from.clone().expect("a restored generation");
+    assert_eq!(restored.previous_token, old_token);
+    assert_ne!(rec.token, old_token);
+    assert_ne!(rec.cluster_id, old_id);
+    assert!(rec.has_served());
+    assert_eq!(w.members.len(), 3);
+    assert!(w.calls.iter().any(|c| c.starts_with("hand-over")));
+    // No config still asks for a restore: a wiped seed must not restore a second copy.
+    assert!(w.configs.values().all(|p| p.config.restore.is_none()));
+}
+
+#[tokio::test]
+async fn a_partition_is_not_a_loss_and_manual_recovery_waits_for_the_operator() {
+    let world = three_member_cluster().await;
+    let r = with_backups(&world);
+    r.handle(&schedule(), far()).await.unwrap();
+    // Unreachable but still in the group: never restored.
+    world.world().etcd_down = true;
+    world.launch(4);
+    let before = world.world().record.clone();
+    r.handle(&schedule(), far()).await.unwrap();
+    assert_eq!(world.world().record, before);
+    assert!(!world.calls().iter().any(|c| c.starts_with("hand-over")));
+    // Everything lost, RECOVERY=manual: nothing until a request.
+    {
+        let mut w = world.world();
+        w.etcd_down = false;
+        w.instances.retain(|i| i.id == "i-00000004");
+        w.members.clear();
+    }
+    let manual = reconciler_with(
+        &world,
+        &[("BACKUP_BUCKET", "backups"), ("RECOVERY", "manual")],
+    );
+    let resp = manual.handle(&schedule(), far()).await.unwrap();
+    let (_, waiting, _) = reconciled(&resp);
+    assert!(
+        waiting.unwrap().starts_with("await-restore-request"),
+        "{resp:?}"
+    );
+    assert_eq!(world.world().record, before);
 }

@@ -1,0 +1,345 @@
+//! The backup store: etcd snapshots in S3, streamed in with a multipart upload (never whole in
+//! memory), under `<prefix>/<cluster token>/<UTC time>-rev<revision>.db`, each followed by a
+//! manifest `<key>.json` (`sha256`, `size`, `revision`, `cluster_id`, `member`, `etcd_version`,
+//! `taken_at`). A snapshot without its manifest is incomplete and not listed.
+
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Tag, Tagging};
+use sha2::{Digest, Sha256};
+
+use super::aws;
+use super::ssm::INSTANCE_ARN_TAG;
+use crate::error::Error;
+use crate::model::{Backup, BackupRef, Timestamp};
+use crate::ports::{Backups, Snapshot, SnapshotFacts};
+
+/// Parts of the multipart upload: S3's minimum is 5 MiB; at most two are held at once.
+const PART: usize = 8 << 20;
+
+pub struct S3Backups {
+    pub s3: aws_sdk_s3::Client,
+    pub bucket: String,
+    /// Without leading or trailing '/'.
+    pub prefix: String,
+    /// `arn:<partition>:ec2:<region>:<account>:instance/`
+    pub instance_arn_prefix: String,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Manifest {
+    sha256: String,
+    size: u64,
+    revision: i64,
+    cluster_id: String,
+    member: String,
+    etcd_version: String,
+    taken_at: Timestamp,
+}
+
+/// `20261130T154927Z` from epoch seconds (UTC, proleptic Gregorian).
+pub fn stamp(t: Timestamp) -> String {
+    let (days, secs) = (t.div_euclid(86_400), t.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
+}
+
+/// The inverse of `stamp`.
+pub fn parse_stamp(s: &str) -> Option<Timestamp> {
+    let b = s.as_bytes();
+    if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
+        return None;
+    }
+    let n = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let (y, m, d) = (n(0..4)?, n(4..6)?, n(6..8)?);
+    let (hh, mm, ss) = (n(9..11)?, n(11..13)?, n(13..15)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 59 {
+        return None;
+    }
+    // Howard Hinnant's days_from_civil.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
+}
+
+impl S3Backups {
+    fn key(&self, facts: &SnapshotFacts) -> String {
+        format!(
+            "{}/{}/{}-rev{:012}.db",
+            self.prefix,
+            facts.token,
+            stamp(facts.taken_at),
+            facts.revision
+        )
+    }
+
+    /// `<prefix>/<token>/<stamp>-rev<revision>.db` → the backup, or None for anything else.
+    fn parse_key(&self, key: &str, size: u64) -> Option<Backup> {
+        let rest = key.strip_prefix(&self.prefix)?.strip_prefix('/')?;
+        let (token, file) = rest.split_once('/')?;
+        let (stamp, revision) = file.strip_suffix(".db")?.split_once("-rev")?;
+        Some(Backup {
+            key: key.to_string(),
+            token: token.to_string(),
+            taken_at: parse_stamp(stamp)?,
+            revision: revision.parse().ok()?,
+            size,
+        })
+    }
+
+    async fn upload(&self, key: &str, mut snapshot: Snapshot) -> Result<(u64, String), Error> {
+        let created = self
+            .s3
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type("application/octet-stream")
+            .send()
+            .await
+            .map_err(|e| aws("CreateMultipartUpload")(e.into()))?;
+        let upload_id = created.upload_id().unwrap_or_default().to_string();
+        let result = self.parts(key, &upload_id, &mut snapshot).await;
+        if result.is_err() {
+            // Nothing half-done: an aborted upload leaves no object (and the bucket's lifecycle
+            // rule sweeps any abort that fails).
+            let _ = self
+                .s3
+                .abort_multipart_upload()
+                .bucket(&self.bucket)
+                .key(key)
+                .upload_id(&upload_id)
+                .send()
+                .await;
+        }
+        result
+    }
+
+    async fn parts(
+        &self,
+        key: &str,
+        upload_id: &str,
+        snapshot: &mut Snapshot,
+    ) -> Result<(u64, String), Error> {
+        let mut hash = Sha256::new();
+        let mut size = 0u64;
+        let mut parts = Vec::new();
+        let mut buffer: Vec<u8> = Vec::with_capacity(PART);
+        let mut done = false;
+        while !done {
+            match snapshot.next_chunk().await? {
+                Some(chunk) => {
+                    hash.update(&chunk);
+                    size += chunk.len() as u64;
+                    buffer.extend_from_slice(&chunk);
+                }
+                None => done = true,
+            }
+            if buffer.len() >= PART || (done && (!buffer.is_empty() || parts.is_empty())) {
+                let number = parts.len() as i32 + 1;
+                let body = std::mem::replace(&mut buffer, Vec::with_capacity(PART));
+                let out = self
+                    .s3
+                    .upload_part()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .upload_id(upload_id)
+                    .part_number(number)
+                    .body(ByteStream::from(body))
+                    .send()
+                    .await
+                    .map_err(|e| aws("UploadPart")(e.into()))?;
+                parts.push(
+                    CompletedPart::builder()
+                        .part_number(number)
+                        .set_e_tag(out.e_tag().map(str::to_string))
+                        .build(),
+                );
+            }
+        }
+        self.s3
+            .complete_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts))
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| aws("CompleteMultipartUpload")(e.into()))?;
+        Ok((size, hex(&hash.finalize())))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Backups for S3Backups {
+    async fn list(&self) -> Result<Vec<Backup>, Error> {
+        let mut snapshots = Vec::new();
+        let mut manifests = std::collections::BTreeSet::new();
+        let mut pages = self
+            .s3
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(format!("{}/", self.prefix))
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| aws("ListObjectsV2")(e.into()))?;
+            for o in page.contents() {
+                let Some(key) = o.key() else { continue };
+                if let Some(snapshot) = key.strip_suffix(".json") {
+                    manifests.insert(snapshot.to_string());
+                } else if let Some(b) = self.parse_key(key, o.size().unwrap_or(0).max(0) as u64) {
+                    snapshots.push(b);
+                }
+            }
+        }
+        let mut complete: Vec<Backup> = snapshots
+            .into_iter()
+            .filter(|b| manifests.contains(&b.key))
+            .collect();
+        complete.sort_by_key(|b| (b.taken_at, b.revision));
+        Ok(complete)
+    }
+
+    async fn store(
+        &self,
+        snapshot: Snapshot,
+        facts: &SnapshotFacts,
+    ) -> Result<(Backup, String), Error> {
+        let key = self.key(facts);
+        let (size, sha256) = self.upload(&key, snapshot).await?;
+        let manifest = Manifest {
+            sha256: sha256.clone(),
+            size,
+            revision: facts.revision,
+            cluster_id: format!("{:x}", facts.cluster_id),
+            member: facts.member.clone(),
+            etcd_version: facts.etcd_version.clone(),
+            taken_at: facts.taken_at,
+        };
+        let body = serde_json::to_vec(&manifest).expect("a manifest serializes");
+        self.s3
+            .put_object()
+            .bucket(&self.bucket)
+            .key(format!("{key}.json"))
+            .content_type("application/json")
+            .body(ByteStream::from(body))
+            .send()
+            .await
+            .map_err(|e| aws("PutObject")(e.into()))?;
+        let backup = Backup {
+            key,
+            token: facts.token.clone(),
+            taken_at: facts.taken_at,
+            revision: facts.revision,
+            size,
+        };
+        Ok((backup, sha256))
+    }
+
+    /// The manifest first: from then on the snapshot is no longer listed.
+    async fn delete(&self, key: &str) -> Result<(), Error> {
+        for k in [format!("{key}.json"), key.to_string()] {
+            self.s3
+                .delete_object()
+                .bucket(&self.bucket)
+                .key(k)
+                .send()
+                .await
+                .map_err(|e| aws("DeleteObject")(e.into()))?;
+        }
+        Ok(())
+    }
+
+    async fn hand_over(&self, key: &str, instance: &str) -> Result<BackupRef, Error> {
+        let out = self
+            .s3
+            .get_object()
+            .bucket(&self.bucket)
+            .key(format!("{key}.json"))
+            .send()
+            .await
+            .map_err(|e| aws("GetObject")(e.into()))?;
+        let bytes = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| aws("GetObject")(e.into()))?
+            .into_bytes();
+        let manifest: Manifest =
+            serde_json::from_slice(&bytes).map_err(|e| Error::BadParameter {
+                name: format!("s3://{}/{key}.json", self.bucket),
+                detail: e.to_string(),
+            })?;
+        let tag = Tag::builder()
+            .key(INSTANCE_ARN_TAG)
+            .value(format!("{}{instance}", self.instance_arn_prefix))
+            .build()
+            .map_err(|e| aws("PutObjectTagging")(e.into()))?;
+        self.s3
+            .put_object_tagging()
+            .bucket(&self.bucket)
+            .key(key)
+            .tagging(
+                Tagging::builder()
+                    .tag_set(tag)
+                    .build()
+                    .map_err(|e| aws("PutObjectTagging")(e.into()))?,
+            )
+            .send()
+            .await
+            .map_err(|e| aws("PutObjectTagging")(e.into()))?;
+        Ok(BackupRef {
+            key: key.to_string(),
+            url: format!("s3://{}/{key}", self.bucket),
+            sha256: manifest.sha256,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_sort_by_time_and_round_trip() {
+        for t in [0, 1_796_053_175, 951_782_400, 4_102_444_799, 1_709_164_800] {
+            assert_eq!(parse_stamp(&stamp(t)), Some(t), "{t} {}", stamp(t));
+        }
+        assert_eq!(stamp(1_796_053_175), "20261130T153935Z");
+        assert_eq!(stamp(951_782_400), "20000229T000000Z");
+        assert!(stamp(1_796_053_175) < stamp(1_796_053_176));
+        for bad in [
+            "",
+            "20261330T000000Z",
+            "2026113OT000000Z",
+            "20261130 000000Z",
+        ] {
+            assert_eq!(parse_stamp(bad), None, "{bad}");
+        }
+    }
+}
