@@ -13,6 +13,8 @@
 #   fetch    write CONFIG_FILE from the member's parameter, waiting for it, unless the member
 #            already has data (a WAL): a member with data keeps the config it was created with,
 #            one without takes the latest (the function rewrites it while the member is unstarted).
+#            A config with ETCD_ASG_RESTORE_URL and _SHA256 (a seed after every member was lost)
+#            restores that snapshot first, if the member has no WAL; the lines never reach etcd.
 #   run      exec etcd with exactly CONFIG_FILE's variables.
 #
 # Settings (environment; the template sets them in front of this file):
@@ -23,6 +25,8 @@
 #   ETCD_BIN           default /usr/local/bin/etcd; fetched from ETCD_DOWNLOAD_URL if missing
 #   ETCD_DOWNLOAD_URL  a release tarball (etcd-vX.Y.Z-linux-<arch>.tar.gz) with etcd inside
 #   ETCD_SHA256        the tarball's SHA-256: etcd is installed only if the download matches it
+#   ETCDUTL_BIN        default: etcdutl beside ETCD_BIN (3.5+), which restores snapshots; without
+#   ETCDCTL_BIN        it, ETCDCTL_API=3 etcdctl does (3.4); default: etcdctl beside ETCD_BIN
 #   ETCD_USER          default etcd: the user the service runs etcd as (systemd mode)
 #   POLL_SECONDS       default 5: pause between polls for the parameter
 #   MAX_BACKOFF        default 60: longest pause, in seconds, between retries after errors
@@ -96,7 +100,9 @@ install_etcd() {
     log "SHA-256 of $ETCD_DOWNLOAD_URL verified: $actual"
     tar xzf "$tmp/etcd.tar.gz" -C "$tmp" --strip-components=1
     install -D -m 0755 "$tmp/etcd" "$ETCD_BIN"
-    if [ -f "$tmp/etcdctl" ]; then install -m 0755 "$tmp/etcdctl" "$(dirname "$ETCD_BIN")/etcdctl"; fi
+    for t in etcdctl etcdutl; do
+        if [ -f "$tmp/$t" ]; then install -m 0755 "$tmp/$t" "$(dirname "$ETCD_BIN")/$t"; fi
+    done
     rm -rf "$tmp"
 }
 
@@ -131,8 +137,44 @@ wait_for_parameter() {
     done
 }
 
+# Restores snapshot URL (s3://) of SHA-256 SHA into DATA_DIR: downloads and restores it in a
+# fresh directory beside DATA_DIR, then moves the member directory in (a rename: no WAL shows
+# before all of it). Any failure exits 4 with nothing left, so etcd does not start.
+restore_snapshot() {
+    local url=$1 sha=${2,,} work="${DATA_DIR%/}.restore" tool actual size rev=unknown
+    local -a args=()
+    refuse() { log "$*; etcd not started"; rm -rf "$work" "$CONFIG_FILE.tmp"; exit 4; }
+    [[ $url =~ ^s3://[^/]+/. && $sha =~ ^[0-9a-f]{64}$ ]] ||
+        refuse "REFUSING to restore: ETCD_ASG_RESTORE_URL='$url' ETCD_ASG_RESTORE_SHA256='$sha' (need an s3:// URL and a SHA-256)"
+    if [[ $url =~ -rev([0-9]+)\.db$ ]]; then rev=${BASH_REMATCH[1]}; fi
+    for v in NAME INITIAL_CLUSTER INITIAL_CLUSTER_TOKEN INITIAL_ADVERTISE_PEER_URLS; do
+        args+=("--$(tr 'A-Z_' 'a-z-' <<< "$v")" "$(sed -n "s/^ETCD_$v=//p" "$CONFIG_FILE.tmp")")
+        [ -n "${args[-1]}" ] || refuse "REFUSING to restore $url: the config lacks ETCD_$v"
+    done
+    rm -rf "$work" "$DATA_DIR/member.restored"
+    mkdir -m 0700 "$work"
+    log "restoring $url (revision $rev) into $DATA_DIR"
+    retry "download of $url" 8 aws s3 cp --only-show-errors --cli-connect-timeout 10 \
+        --cli-read-timeout 60 "$url" "$work/snapshot.db" || refuse "could not download $url"
+    actual=$(sha256sum "$work/snapshot.db" | cut -d' ' -f1)
+    size=$(stat -c %s "$work/snapshot.db")
+    [ "$actual" = "$sha" ] ||
+        refuse "REFUSING to restore $url: its SHA-256 is $actual ($size bytes), expected ETCD_ASG_RESTORE_SHA256=$sha"
+    tool=${ETCDUTL_BIN:-$(dirname "$ETCD_BIN")/etcdutl}
+    if [ ! -x "$tool" ]; then tool=${ETCDCTL_BIN:-$(dirname "$ETCD_BIN")/etcdctl}; fi
+    ETCDCTL_API=3 "$tool" snapshot restore "$work/snapshot.db" "${args[@]}" --data-dir "$work/data" ||
+        refuse "$tool snapshot restore of $url failed"
+    if [ "$MODE" != exec ]; then chown -R "$ETCD_USER:$ETCD_USER" "$work/data"; fi
+    rm -rf "$DATA_DIR/member"
+    mv "$work/data/member" "$DATA_DIR/member.restored"
+    mv "$DATA_DIR/member.restored" "$DATA_DIR/member"
+    rm -rf "$work"
+    log "restored $url (revision $rev, SHA-256 $actual, $size bytes) into $DATA_DIR with $tool"
+}
+
 # Writes this member's published config, plus where to listen and store, to CONFIG_FILE. Only
-# ETCD_* lines are kept: the file must not be able to set anything else.
+# ETCD_* lines are kept, the restore lines (ETCD_ASG_*) taken out: the file must not be able to
+# set anything else.
 fetch_config() {
     if has_data; then
         if [ -s "$CONFIG_FILE" ]; then
@@ -141,10 +183,12 @@ fetch_config() {
         fi
         log "member data in $DATA_DIR but no $CONFIG_FILE: fetching it again"
     fi
-    local name="$PARAMETER_PREFIX/members/$INSTANCE_ID" value peer client
+    local name="$PARAMETER_PREFIX/members/$INSTANCE_ID" value peer client url sha
     value=$(wait_for_parameter "$name")
+    url=$(sed -n 's/^ETCD_ASG_RESTORE_URL=//p' <<< "$value")
+    sha=$(sed -n 's/^ETCD_ASG_RESTORE_SHA256=//p' <<< "$value")
     mkdir -p "$(dirname "$CONFIG_FILE")"
-    printf '%s\n' "$value" | grep -E '^ETCD_[A-Z_]+=[^[:space:]]*$' > "$CONFIG_FILE.tmp" || true
+    grep -E '^ETCD_[A-Z_]+=[^[:space:]]*$' <<< "$value" | grep -v '^ETCD_ASG_' > "$CONFIG_FILE.tmp" || true
     peer=$(sed -n 's/^ETCD_INITIAL_ADVERTISE_PEER_URLS=//p' "$CONFIG_FILE.tmp")
     client=$(sed -n 's/^ETCD_ADVERTISE_CLIENT_URLS=//p' "$CONFIG_FILE.tmp")
     if [ -z "$peer" ] || [ -z "$client" ]; then
@@ -162,6 +206,9 @@ fetch_config() {
         install -d -o "$ETCD_USER" -g "$ETCD_USER" -m 0700 "$DATA_DIR"
     else
         mkdir -p "$DATA_DIR"
+    fi
+    if [ -n "$url$sha" ]; then
+        if has_data; then log "member data in $DATA_DIR: not restoring $url again"; else restore_snapshot "$url" "$sha"; fi
     fi
     mv "$CONFIG_FILE.tmp" "$CONFIG_FILE"
     log "config written to $CONFIG_FILE"
@@ -192,10 +239,12 @@ install_service() {
         printf 'DATA_DIR=%s\n' "$DATA_DIR"
         printf 'CONFIG_FILE=%s\n' "$CONFIG_FILE"
         printf 'ETCD_BIN=%s\n' "$ETCD_BIN"
+        for v in ETCDUTL_BIN ETCDCTL_BIN AWS_DEFAULT_REGION; do
+            if [ -n "${!v:-}" ]; then printf '%s=%s\n' "$v" "${!v}"; fi
+        done
         printf 'ETCD_USER=%s\n' "$ETCD_USER"
         printf 'POLL_SECONDS=%s\n' "$POLL_SECONDS"
         printf 'MAX_BACKOFF=%s\n' "$MAX_BACKOFF"
-        if [ -n "${AWS_DEFAULT_REGION:-}" ]; then printf 'AWS_DEFAULT_REGION=%s\n' "$AWS_DEFAULT_REGION"; fi
     } > "$SETTINGS_FILE"
     cat > "$UNIT_FILE" <<UNIT
 [Unit]

@@ -1,6 +1,6 @@
 """boot/etcd-boot.sh on its own: the checksum gate, the fetch-before-every-start rule, AWS errors in
-the log, and the service it installs. `aws`, `systemctl` and etcd are stand-ins on PATH; nothing
-leaves the machine (downloads are file:// URLs)."""
+the log, the service it installs, and the restore of a snapshot from S3. `aws`, `systemctl`, etcd,
+etcdutl and etcdctl are stand-ins on PATH; nothing leaves the machine (downloads are file:// URLs)."""
 
 import hashlib
 import io
@@ -18,12 +18,20 @@ CONFIG = ("ETCD_NAME=i-1\nETCD_INITIAL_CLUSTER=i-1=http://10.0.0.1:2380\nETCD_IN
 
 # A stand-in `aws`: answers `ssm get-parameter` from files in $FAKE_AWS, one per call, in order
 # (value-N: the value; error-N: an error message and exit 255; nothing left: ParameterNotFound),
-# and records every call in $FAKE_AWS/calls.
+# and records every call in $FAKE_AWS/calls. `s3 cp s3://B/K DEST` copies $FAKE_AWS/s3/B/K (an
+# error-N file fails that call instead), noting the AWS_ENDPOINT_URL it saw in s3-endpoint.
 FAKE_AWS = r"""#!/bin/bash
 dir=$FAKE_AWS
 echo "$*" >> "$dir/calls"
 n=$(wc -l < "$dir/calls")
 if [ -f "$dir/error-$n" ]; then cat "$dir/error-$n" >&2; exit 255; fi
+if [ "$1" = s3 ]; then
+    echo "${AWS_ENDPOINT_URL:-}" > "$dir/s3-endpoint"
+    url=${*: -2:1}
+    if [ -f "$dir/s3/${url#s3://}" ]; then cp "$dir/s3/${url#s3://}" "${*: -1}"; exit 0; fi
+    echo "fatal error: An error occurred (404) when calling the HeadObject operation: Not Found" >&2
+    exit 1
+fi
 if [ -f "$dir/value-$n" ]; then cat "$dir/value-$n"; exit 0; fi
 echo "An error occurred (ParameterNotFound) when calling the GetParameter operation: Parameter not found." >&2
 exit 254
@@ -32,6 +40,21 @@ exit 254
 FAKE_ETCD = """#!/bin/bash
 env | sort > "$ETCD_DATA_DIR/../etcd-env"
 echo "$(id -un)" > "$ETCD_DATA_DIR/../etcd-user"
+"""
+
+# A stand-in etcdutl / etcdctl: records its name, ETCDCTL_API and arguments in
+# $FAKE_AWS/restore-calls, and "restores" `snapshot restore FILE ... --data-dir DIR` as etcd does
+# (DIR must not exist; a WAL and the db appear), refusing a FILE that says "corrupt" as etcd's own
+# integrity check would.
+FAKE_RESTORE = r"""#!/bin/bash
+echo "$(basename "$0") ETCDCTL_API=${ETCDCTL_API:-} $*" >> "$FAKE_AWS/restore-calls"
+file=$3
+while [ $# -gt 0 ]; do if [ "$1" = --data-dir ]; then dir=$2; fi; shift; done
+if grep -q corrupt "$file"; then echo "Error: expected sha256 [0 0 0], got [1 2 3]" >&2; exit 1; fi
+if [ -e "$dir" ]; then echo "Error: data-dir \"$dir\" exists" >&2; exit 1; fi
+mkdir -p "$dir/member/wal" "$dir/member/snap"
+cp "$file" "$dir/member/snap/db"
+: > "$dir/member/wal/0000000000000000-0000000000000000.wal"
 """
 
 
@@ -88,7 +111,7 @@ def aws_calls(box):
 def tarball(box, content=b"#!/bin/sh\necho etcd\n"):
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name in ("etcd", "etcdctl"):
+        for name in ("etcd", "etcdctl", "etcdutl"):
             info = tarfile.TarInfo(f"etcd-v3.5.99-linux-arm64/{name}")
             info.size, info.mode = len(content), 0o755
             tar.addfile(info, io.BytesIO(content))
@@ -120,6 +143,7 @@ def test_a_matching_tarball_is_installed_and_a_failing_download_is_retried_and_l
     (box / "bin" / "etcd").unlink(missing_ok=True)
     r = boot(box, "exec", ETCD_BIN=str(installed), ETCD_DOWNLOAD_URL=url, ETCD_SHA256=digest.upper())
     assert installed.exists() and (box / "opt" / "etcdctl").exists(), r.stderr
+    assert (box / "opt" / "etcdutl").exists(), "etcdutl (3.5+) restores snapshots: installed too"
     assert f"SHA-256 of {url} verified" in r.stderr
     # A URL that never answers: each try is logged, then the script gives up.
     r = boot(box, "exec", ETCD_BIN=str(box / "other" / "etcd"), ETCD_DOWNLOAD_URL=f"file://{box}/missing.tar.gz",
@@ -221,3 +245,185 @@ def test_the_default_user_is_etcd_and_the_unit_names_it():
     assert "ETCD_USER=${ETCD_USER:-etcd}" in text
     assert "User=$ETCD_USER" in text
 
+
+
+# --- restoring a snapshot (issue 8): the seed of a cluster whose every member was lost -----------
+
+SNAPSHOT = b"etcd snapshot bytes " * 1000
+BUCKET_KEY = "backups/etcd-asg-lifecycle/test/tok-1/20240101T000000Z-rev42.db"
+RESTORE_URL = f"s3://{BUCKET_KEY}"
+
+
+def restore_config(sha=hashlib.sha256(SNAPSHOT).hexdigest(), url=RESTORE_URL):
+    lines = [f"ETCD_ASG_RESTORE_URL={url}"] if url is not None else []
+    lines += [f"ETCD_ASG_RESTORE_SHA256={sha}"] if sha is not None else []
+    return CONFIG + "".join(line + "\n" for line in lines)
+
+
+def restore_box(box, stored=SNAPSHOT, tools=("etcdutl", "etcdctl")):
+    """etcd, and the restore tools beside it; the snapshot in the stand-in bucket."""
+    for name, text in (("etcd", FAKE_ETCD), *((t, FAKE_RESTORE) for t in tools)):
+        (box / "bin" / name).write_text(text)
+        (box / "bin" / name).chmod(0o755)
+    obj = box / "aws" / "s3" / BUCKET_KEY
+    obj.parent.mkdir(parents=True)
+    obj.write_bytes(stored)
+
+
+def restore_calls(box):
+    calls = box / "aws" / "restore-calls"
+    return calls.read_text().splitlines() if calls.exists() else []
+
+
+def etcd_env(box):
+    return dict(line.split("=", 1) for line in (box / "etcd-env").read_text().splitlines())
+
+
+def assert_refused_and_nothing_left(box, r):
+    assert r.returncode == 4, r.stderr
+    assert "etcd not started" in r.stderr
+    assert not (box / "etcd-env").exists(), "etcd must not start"
+    assert list((box / "data").iterdir()) == [], "nothing left in DATA_DIR"
+    assert not (box / "data.restore").exists(), "the work directory is cleaned up"
+    assert not (box / "etc" / "etcd.env").exists() and not (box / "etc" / "etcd.env.tmp").exists()
+
+
+def test_a_restore_is_verified_restored_with_the_configs_identity_and_never_reaches_etcd(box):
+    restore_box(box)
+    # A start that failed before (no WAL) left member/snap behind: the restore replaces it.
+    (box / "data" / "member" / "snap").mkdir(parents=True)
+    (box / "data" / "member" / "snap" / "stale").write_text("")
+    answers(box, ("value", restore_config(sha=hashlib.sha256(SNAPSHOT).hexdigest().upper())))
+    r = boot(box, "exec", AWS_ENDPOINT_URL="http://127.0.0.1:4566")
+    assert r.returncode == 0, r.stderr
+    # Downloaded with the CLI, through the endpoint the environment names (the simulation's).
+    (_, s3) = aws_calls(box)
+    assert s3.startswith("s3 cp ") and s3.endswith(f" {RESTORE_URL} {box / 'data.restore' / 'snapshot.db'}")
+    assert (box / "aws" / "s3-endpoint").read_text() == "http://127.0.0.1:4566\n"
+    # Restored with etcdutl beside ETCD_BIN, as the config's member, into a fresh directory.
+    (call,) = restore_calls(box)
+    assert call == ("etcdutl ETCDCTL_API=3 snapshot restore " + str(box / "data.restore" / "snapshot.db") +
+                    " --name i-1 --initial-cluster i-1=http://10.0.0.1:2380 --initial-cluster-token t"
+                    " --initial-advertise-peer-urls http://10.0.0.1:2380 --data-dir " + str(box / "data.restore" / "data"))
+    # Moved into place; the work directory is gone.
+    assert (box / "data" / "member" / "snap" / "db").read_bytes() == SNAPSHOT
+    assert not (box / "data" / "member" / "snap" / "stale").exists()
+    assert [p.name for p in (box / "data" / "member" / "wal").iterdir()]
+    assert sorted(p.name for p in (box / "data").iterdir()) == ["member"]
+    assert not (box / "data.restore").exists()
+    digest = hashlib.sha256(SNAPSHOT).hexdigest()
+    assert f"restored {RESTORE_URL} (revision 42, SHA-256 {digest}, {len(SNAPSHOT)} bytes)" in r.stderr
+    # The restore lines reach neither the config file nor etcd's environment.
+    assert "ETCD_ASG" not in (box / "etc" / "etcd.env").read_text()
+    assert not [k for k in etcd_env(box) if k.startswith("ETCD_ASG")]
+    assert etcd_env(box)["ETCD_NAME"] == "i-1"
+
+
+def test_the_restore_is_skipped_once_the_member_has_a_wal(box):
+    restore_box(box)
+    answers(box, ("value", restore_config()), None, ("value", restore_config()))  # call 2 is the S3 download
+    assert boot(box, "fetch").returncode == 0
+    assert len(restore_calls(box)) == 1 and len(aws_calls(box)) == 2
+    # Every later start: the member has data and its config; neither SSM nor S3 is asked.
+    r = boot(box, "fetch")
+    assert r.returncode == 0 and "keeping the config it started with" in r.stderr
+    assert len(restore_calls(box)) == 1 and len(aws_calls(box)) == 2
+    # The config file lost (the WAL kept): fetched again, still not restored over the data.
+    (box / "etc" / "etcd.env").unlink()
+    (box / "data" / "member" / "snap" / "db").write_text("newer data")
+    r = boot(box, "fetch")
+    assert r.returncode == 0, r.stderr
+    assert f"not restoring {RESTORE_URL} again" in r.stderr
+    assert len(restore_calls(box)) == 1 and [c.split()[0] for c in aws_calls(box)] == ["ssm", "s3", "ssm"]
+    assert (box / "data" / "member" / "snap" / "db").read_text() == "newer data"
+    assert "ETCD_ASG" not in (box / "etc" / "etcd.env").read_text()
+
+
+def test_a_checksum_mismatch_refuses_with_a_clear_line_and_starts_nothing(box):
+    restore_box(box, stored=SNAPSHOT.replace(b"bytes", b"bytez", 1))
+    answers(box, ("value", restore_config()))
+    r = boot(box, "exec")
+    assert f"REFUSING to restore {RESTORE_URL}: its SHA-256 is " in r.stderr
+    assert f"expected ETCD_ASG_RESTORE_SHA256={hashlib.sha256(SNAPSHOT).hexdigest()}" in r.stderr
+    assert restore_calls(box) == [], "nothing is restored from a download that does not match"
+    assert_refused_and_nothing_left(box, r)
+
+
+def test_a_truncated_download_is_refused(box):
+    restore_box(box, stored=SNAPSHOT[: len(SNAPSHOT) // 2])
+    answers(box, ("value", restore_config()))
+    r = boot(box, "exec")
+    assert f"REFUSING to restore {RESTORE_URL}: its SHA-256 is " in r.stderr
+    assert f"({len(SNAPSHOT) // 2} bytes)" in r.stderr
+    assert_refused_and_nothing_left(box, r)
+
+
+def test_a_snapshot_etcd_refuses_leaves_nothing_behind(box):
+    """The SHA-256 matches what the function recorded, but etcd's own integrity check fails."""
+    corrupt = b"corrupt " + SNAPSHOT
+    restore_box(box, stored=corrupt)
+    answers(box, ("value", restore_config(sha=hashlib.sha256(corrupt).hexdigest())))
+    r = boot(box, "exec")
+    assert "snapshot restore of " + RESTORE_URL + " failed" in r.stderr
+    assert "expected sha256" in r.stderr, "etcd's own message is in the log"
+    assert_refused_and_nothing_left(box, r)
+
+
+@pytest.mark.parametrize("url,sha", [(RESTORE_URL, None), (None, "a" * 64), (RESTORE_URL, "a" * 63),
+                                     ("https://example.com/x.db", "a" * 64)])
+def test_an_incomplete_or_malformed_restore_request_is_refused(box, url, sha):
+    restore_box(box)
+    answers(box, ("value", restore_config(sha=sha, url=url)))
+    r = boot(box, "exec")
+    assert "REFUSING to restore" in r.stderr
+    assert [c.split()[0] for c in aws_calls(box)] == ["ssm"], "nothing downloaded"
+    assert_refused_and_nothing_left(box, r)
+
+
+def test_s3_errors_are_logged_with_their_message_and_retried(box):
+    restore_box(box)
+    denied = ("An error occurred (AccessDenied) when calling the GetObject operation: User: "
+              "arn:aws:sts::1:assumed-role/r/i-1 is not authorized to perform: s3:GetObject")
+    answers(box, ("value", restore_config()), ("error", denied))
+    r = boot(box, "exec")
+    assert r.returncode == 0, r.stderr
+    assert denied in r.stderr
+    assert f"download of {RESTORE_URL} failed (try 1 of 8); retrying in 1s" in r.stderr
+    assert len(restore_calls(box)) == 1
+
+
+def test_an_object_that_never_downloads_is_given_up_on_and_nothing_starts(box):
+    restore_box(box)
+    (box / "aws" / "s3" / BUCKET_KEY).unlink()
+    answers(box, ("value", restore_config()))
+    r = boot(box, "exec", timeout=60)
+    assert "(404) when calling the HeadObject operation" in r.stderr
+    assert f"download of {RESTORE_URL} failed 8 times; giving up" in r.stderr
+    assert_refused_and_nothing_left(box, r)
+
+
+def test_etcdctl_restores_with_api_3_when_there_is_no_etcdutl(box):
+    """etcd 3.4 has no etcdutl: `ETCDCTL_API=3 etcdctl snapshot restore` with the same flags."""
+    restore_box(box, tools=("etcdctl",))
+    answers(box, ("value", restore_config()))
+    r = boot(box, "exec")
+    assert r.returncode == 0, r.stderr
+    (call,) = restore_calls(box)
+    assert call.startswith("etcdctl ETCDCTL_API=3 snapshot restore ")
+    assert f"with {box / 'bin' / 'etcdctl'}" in r.stderr
+
+
+def test_restore_tools_can_be_named_and_the_service_keeps_them(box):
+    restore_box(box, tools=())
+    tools = box / "tools"
+    tools.mkdir()
+    (tools / "my-etcdutl").write_text(FAKE_RESTORE)
+    (tools / "my-etcdutl").chmod(0o755)
+    answers(box, ("value", restore_config()))
+    r = boot(box, "exec", ETCDUTL_BIN=str(tools / "my-etcdutl"))
+    assert r.returncode == 0, r.stderr
+    assert restore_calls(box)[0].startswith("my-etcdutl ")
+    r = boot(box, "systemd", ETCDUTL_BIN=str(tools / "my-etcdutl"), ETCDCTL_BIN="/opt/etcdctl")
+    assert r.returncode == 0, r.stderr
+    settings = (box / "etc" / "etcd-boot.env").read_text()
+    assert f"ETCDUTL_BIN={tools / 'my-etcdutl'}\n" in settings and "ETCDCTL_BIN=/opt/etcdctl\n" in settings

@@ -119,7 +119,9 @@ def dashboard_body(t):
     text = d["Properties"]["DashboardBody"]["Fn::Sub"]
     assert isinstance(text, str), "plain !Sub: every variable is a parameter, resource or attribute"
     values = {"AWS::StackName": STACK, "AWS::Region": "us-east-1", "QuotaBackendBytes": "2147483648",
-              "MembershipFunction": f"{STACK}-membership", "FailedInvocations.QueueName": "failed-q"}
+              "MembershipFunction": f"{STACK}-membership", "FailedInvocations.QueueName": "failed-q",
+              "BackupIntervalMinutes": "15", "BackupHourlyDays": "7", "BackupDailyDays": "90",
+              "Recovery": "auto"}
     seen = set()
 
     def substitute(match):
@@ -148,7 +150,7 @@ def test_the_dashboard_shows_the_cluster_the_steps_and_the_function(template):
     ours = {m[1] for m in plain if m[0] == NAMESPACE}
     assert {"Members", "Voters", "Learners", "HealthyVoters", "QuorumMargin", "InstancesHeld",
             "TerminationsHeld", "HeldForQuorum", "OldestLaunchHoldSeconds", "DbSizeBytes",
-            "DbSizeInUseBytes", "NospaceAlarm", "LiveDataOverQuota"} <= ours
+            "DbSizeInUseBytes", "NospaceAlarm", "LiveDataOverQuota", "SecondsSinceLastBackup"} <= ours
     for m in plain:
         if m[0] == NAMESPACE:
             assert m[2:4] == ["ClusterName", STACK], m
@@ -173,22 +175,63 @@ def test_the_group_tags_carry_the_functions_settings_for_the_cli(template):
     """`etcd-asg --stack NAME` finds the group by aws:cloudformation:stack-name and reads these."""
     cli_vars = ("LAUNCH_HOOK_NAME", "TERMINATE_HOOK_NAME", "CLUSTER_NAME", "PARAMETER_PREFIX",
                 "ADDRESS_SOURCE", "ETCD_PEER_SCHEME", "ETCD_PEER_PORT", "ETCD_CLIENT_SCHEME",
-                "ETCD_CLIENT_PORT")
+                "ETCD_CLIENT_PORT", "BACKUP_BUCKET", "BACKUP_PREFIX")
     (group,) = resources(template, "AWS::AutoScaling::AutoScalingGroup").values()
     tags = {t["Key"]: t for t in group["Properties"]["Tags"]}
     ours = {k.split(":", 1)[1]: t for k, t in tags.items() if k.startswith("etcd-asg-lifecycle:")}
     variables = env(template)
     assert set(ours) == {v for v in cli_vars if v in variables}
-    assert {"LAUNCH_HOOK_NAME", "TERMINATE_HOOK_NAME", "CLUSTER_NAME", "PARAMETER_PREFIX"} <= set(ours)
+    assert {"LAUNCH_HOOK_NAME", "TERMINATE_HOOK_NAME", "CLUSTER_NAME", "PARAMETER_PREFIX", "BACKUP_BUCKET",
+            "BACKUP_PREFIX"} <= set(ours)
     for var, tag in ours.items():
         assert tag["Value"] == variables[var], f"{var}: the same intrinsic or value as the function's"
         assert tag["PropagateAtLaunch"] is False, var
-    # No reference to any resource: the group depends on the function's rule and schedule, so a
-    # tag naming the function (or anything that depends on the group) would close a cycle.
+    # The group depends on the function's rule and schedule, so a tag naming the function, or
+    # anything that depends on the group, would close a cycle. A resource that does not (the
+    # backup bucket) may be named, and no attribute is.
     text = json.dumps([t["Value"] for t in ours.values()])
     assert '"Fn::GetAtt"' not in text
     refs = re.findall(r'"Ref": "([^"]+)"', text) + re.findall(r"\$\{([^}]+)\}", text)
-    assert all(r.startswith("AWS::") or r in template["Parameters"] for r in refs), refs
+    named = {r for r in refs if not r.startswith("AWS::") and r not in template["Parameters"]}
+    assert named == {"BackupBucket"}, named
+    (group_name,) = resources(template, "AWS::AutoScaling::AutoScalingGroup")
+    for r in named:
+        assert group_name not in depends_on(template, r), f"{r} depends on the group: a cycle"
+
+
+def references(value):
+    """The resources and parameters a piece of template names: Ref, GetAtt, ${...} of Sub."""
+    found = set()
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k == "Ref":
+                found.add(v)
+            elif k == "Fn::GetAtt":
+                found.add(v[0] if isinstance(v, list) else v.split(".")[0])
+            elif k == "Fn::Sub":
+                text = v if isinstance(v, str) else v[0]
+                found |= {n.split(".")[0] for n in re.findall(r"\$\{([^}!]+)\}", text)}
+                if not isinstance(v, str):
+                    found |= references(v[1])
+            else:
+                found |= references(v)
+    elif isinstance(value, list):
+        for v in value:
+            found |= references(v)
+    return found
+
+
+def depends_on(t, name, seen=None):
+    """Every resource `name` depends on, directly or not (references and DependsOn)."""
+    seen = set() if seen is None else seen
+    r = t["Resources"][name]
+    direct = references(r.get("Properties", {})) | set(
+        [r["DependsOn"]] if isinstance(r.get("DependsOn"), str) else r.get("DependsOn", []))
+    for d in direct & set(t["Resources"]):
+        if d not in seen:
+            seen.add(d)
+            depends_on(t, d, seen)
+    return seen
 
 
 def test_sam_builds_only_the_function_binary(template):
@@ -262,7 +305,10 @@ def test_every_metric_the_stack_watches_is_one_the_function_emits(template):
     everything = "".join(f.read_text() for f in (ROOT / "src").rglob("*.rs"))
     watched = {p["MetricName"] for p in map(lambda n: alarm(template, n), METRIC_ALARMS)}
     watched |= {m["MetricStat"]["Metric"]["MetricName"]
-                for m in alarm(template, "DatabaseNearQuotaAlarm")["Metrics"] if "MetricStat" in m}
+                for a in resources(template, "AWS::CloudWatch::Alarm").values()
+                for m in a["Properties"].get("Metrics", []) if "MetricStat" in m
+                and m["MetricStat"]["Metric"]["Namespace"] == NAMESPACE}
+    assert {"DbSizeBytes", "SecondsSinceLastBackup"} <= watched
     body, _ = dashboard_body(template)
     watched |= {m[1] for w in body["widgets"] if w["type"] == "metric"
                 for m in w["properties"]["metrics"] if isinstance(m[0], str) and m[0] == NAMESPACE}

@@ -118,11 +118,26 @@ def test_the_function_is_serialized_in_the_vpc_with_retries_and_a_failure_destin
 READ_PREFIXES = ("Describe", "Get", "List")
 
 
+def conditional_statements(statements):
+    """A policy's statements, one kept under a condition (Fn::If with AWS::NoValue) included."""
+    for s in statements:
+        if "Fn::If" in s:
+            _, s, otherwise = s["Fn::If"]
+            assert otherwise == {"Ref": "AWS::NoValue"}, otherwise
+        yield s
+
+
 def statements(t):
+    """Every statement of the stack's roles: inline, and in AWS::IAM::RolePolicy resources."""
     for name, role in resources(t, "AWS::IAM::Role").items():
         for policy in role["Properties"].get("Policies", []):
-            for s in policy["PolicyDocument"]["Statement"]:
+            for s in conditional_statements(policy["PolicyDocument"]["Statement"]):
                 yield name, s
+    for policy in resources(t, "AWS::IAM::RolePolicy").values():
+        role = policy["Properties"]["RoleName"]["Ref"]
+        assert t["Resources"][role]["Type"] == "AWS::IAM::Role"
+        for s in conditional_statements(policy["Properties"]["PolicyDocument"]["Statement"]):
+            yield role, s
     for name, f in resources(t, "AWS::Serverless::Function").items():
         assert "Policies" not in f["Properties"], "function policies live in its own role"
         assert "Role" in f["Properties"], "no SAM-generated role with managed policies"
