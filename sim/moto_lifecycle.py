@@ -34,6 +34,8 @@ Extra routes, for the simulation only (EventBridge does not exist here):
                         {"InstanceId", "HealthStatus", "ShouldRespectGracePeriod", "sdk", "error"})
 
 Every request is served under one lock, so the timer thread and requests never interleave.
+S3's CompleteMultipartUpload answer gets S3's root element name (moto's differs; the Rust SDK
+checks it).
 """
 
 from __future__ import annotations
@@ -348,9 +350,28 @@ def app_with_lock(inner):
             return [body]
         with LOCK:
             _count_sdk_request(environ)
+            if environ.get("REQUEST_METHOD") == "POST" and "uploadId=" in environ.get("QUERY_STRING", ""):
+                return _complete_multipart_fixed(inner, environ, start_response)
             return list(inner(environ, start_response))
 
     return app
+
+
+def _complete_multipart_fixed(inner, environ, start_response):
+    """moto 5.2.1 answers CompleteMultipartUpload with the root element
+    ``CompleteMultipartUploadResponse``; S3 (and the Rust SDK, which checks) uses
+    ``CompleteMultipartUploadResult``. boto3 does not look at the root's name."""
+    captured = {}
+
+    def capture(status, headers, exc_info=None):
+        captured["status"], captured["headers"] = status, headers
+
+    body = b"".join(inner(environ, capture))
+    body = body.replace(b"CompleteMultipartUploadResponse", b"CompleteMultipartUploadResult")
+    headers = [(k, v) for k, v in captured["headers"] if k.lower() != "content-length"]
+    headers.append(("Content-Length", str(len(body))))
+    start_response(captured["status"], headers)
+    return [body]
 
 
 def main(argv=None):

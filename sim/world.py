@@ -206,8 +206,11 @@ class Simulation:
     def __init__(self, name: str = "etcd-sim", chaos: Chaos | None = None, schedule_every: float = 4.0,
                  function_env: dict | None = None, binary: str | None = None, workdir: str | None = None,
                  writer: bool = True, verbose: bool = False, crash_once_after: str | None = None,
-                 hooks: tuple[str, str] = ("etcd-launch", "etcd-terminate"), etcd_bin: str | None = None):
+                 hooks: tuple[str, str] = ("etcd-launch", "etcd-terminate"), etcd_bin: str | None = None,
+                 backups: bool = False):
         self.group = name
+        # An S3 bucket in the emulator and BACKUP_BUCKET for the function.
+        self.backup_bucket = f"{name}-backups" if backups else None
         # The etcd each new instance boots with, read at its boot: change it mid-run to roll the
         # cluster to another version (default: sim.etcd.binary(), i.e. ETCD_VERSION).
         self.etcd_bin = etcd_bin or etcd.binary()
@@ -267,6 +270,10 @@ class Simulation:
         self.asg = boto3.client("autoscaling", **kw)
         self.ssm = boto3.client("ssm", **kw)
         self.aws_env = {**CREDENTIALS, "AWS_ENDPOINT_URL": self.endpoint}
+        self.s3 = boto3.client("s3", **kw)
+        if self.backup_bucket:
+            self.s3.create_bucket(Bucket=self.backup_bucket)
+            self.extra_env.setdefault("BACKUP_BUCKET", self.backup_bucket)
         self.function = Function(self.binary, {
             **self.aws_env,
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -516,6 +523,20 @@ class Simulation:
                       flush=True)
                 last_report = now
             time.sleep(0.3)
+
+    def backups(self) -> list[dict]:
+        """Complete backups in the bucket (their manifest written), oldest first, with the
+        manifest's fields and the key."""
+        if not self.backup_bucket:
+            return []
+        keys = []
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.backup_bucket):
+            keys += [o["Key"] for o in page.get("Contents", [])]
+        out = []
+        for key in sorted(k for k in keys if k.endswith(".db") and f"{k}.json" in keys):
+            body = self.s3.get_object(Bucket=self.backup_bucket, Key=f"{key}.json")["Body"].read()
+            out.append({**json.loads(body), "key": key})
+        return sorted(out, key=lambda b: (b["taken_at"], b["revision"]))
 
     def cli(self, *args: str, timeout: float = 60, extra_env: dict | None = None) -> subprocess.CompletedProcess:
         """Runs the operator CLI (``etcd-asg``, built beside the function) with the function's

@@ -18,6 +18,15 @@ pub type Live = Reconciler<
     s3::S3Backups,
 >;
 
+/// An S3 client; path-style addressing when the endpoint is overridden (an emulator on
+/// loopback has no virtual-host names).
+pub fn s3_client(aws: &aws_config::SdkConfig) -> aws_sdk_s3::Client {
+    let conf = aws_sdk_s3::config::Builder::from(aws)
+        .force_path_style(aws.endpoint_url().is_some())
+        .build();
+    aws_sdk_s3::Client::from_conf(conf)
+}
+
 /// One SDK configuration, one client per service, one instance-ARN look-up: the wiring the
 /// function (at cold start) and the CLI share.
 pub async fn connect(config: Config, aws: &aws_config::SdkConfig) -> Result<Live, Error> {
@@ -38,7 +47,7 @@ pub async fn connect(config: Config, aws: &aws_config::SdkConfig) -> Result<Live
             terminate_hook: config.terminate_hook.clone(),
         },
         backups: config.backup_store.as_ref().map(|store| s3::S3Backups {
-            s3: aws_sdk_s3::Client::new(aws),
+            s3: s3_client(aws),
             bucket: store.bucket.clone(),
             prefix: store.prefix.clone(),
             instance_arn_prefix: instance_arn_prefix.clone(),

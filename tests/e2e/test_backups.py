@@ -1,0 +1,83 @@
+"""Backups and recovery on real etcd, moto's S3 and the real binary: snapshots in the bucket,
+every member lost at once with no hook, and the cluster back with its data and no operator."""
+
+import hashlib
+import json
+import time
+
+from conftest import invocation_outcomes
+from sim import etcd
+
+
+def _wait_for(what, timeout, check):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_every_member_lost_at_once_comes_back_from_the_latest_backup(simulation):
+    sim = simulation(backups=True, function_env={"BACKUP_INTERVAL_MINUTES": "1"})
+    sim.scale(3)
+    sim.wait_converged(3, label="bootstrap")
+    old_record = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
+    url = sim.running_client_urls()[0]
+    for n in range(50):
+        etcd.put(url, f"/before/{n:03d}", f"value {n}")
+    revision = int(etcd.status(url)["header"]["revision"])
+    # The next scheduled snapshot holds them (the interval is a minute).
+    backup = _wait_for("a backup at the revision of the writes", 150,
+                       lambda: next((b for b in reversed(sim.backups()) if b["revision"] >= revision), None))
+    data = sim.s3.get_object(Bucket=sim.backup_bucket, Key=backup["key"])["Body"].read()
+    assert hashlib.sha256(data).hexdigest() == backup["sha256"] and len(data) == backup["size"]
+    # Writes go on after the snapshot: these are what the restore may lack.
+    sim.start_writer()
+    time.sleep(3)
+    lost_at = time.time()
+    # Every member lost at once, no hook (an AZ outage); the group launches three new ones.
+    for i in sim.group_instances():
+        sim.detach(i["InstanceId"])
+    sim.writer.stop()
+    sim.cluster_id = None  # a restore founds a new cluster (id) from the old data
+    sim.scale(3)
+    sim.wait_converged(3, label="restored from the backup", timeout=240)
+    url = sim.running_client_urls()[0]
+    found = etcd.keys_with_prefix(url, "/before/")
+    assert found == {f"/before/{n:03d}" for n in range(50)}, sorted(found)[:5]
+    record = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
+    assert record["restored_from"]["snapshot"]["key"] == backup["key"], record
+    assert record["restored_from"]["previous_token"] == old_record["token"]
+    assert record["token"] != old_record["token"] and record["state"] == "served"
+    # The RPO: acknowledged writes the restore lacks, all of them after the snapshot was taken.
+    lacked = sim.writer.lost()
+    kept = len(sim.writer.acked) - len(lacked)
+    print(f"restore lacked {len(lacked)} of {len(sim.writer.acked)} acknowledged writes; snapshot age at "
+          f"loss {lost_at - backup['taken_at']:.0f}s")
+    assert lacked == sim.writer.acked[kept:], "only the newest writes, after the snapshot, are lacking"
+    with open(f"{sim.workdir}/function.log") as f:
+        log = f.read()
+    assert "restoring the cluster from its latest backup" in log and backup["key"] in log
+    # No published config still asks for a restore.
+    assert not any("ETCD_ASG_RESTORE_URL" in v for k, v in sim.parameters().items() if "/members/" in k)
+
+
+def test_a_partition_with_the_members_still_in_the_group_restores_nothing(simulation):
+    sim = simulation(backups=True, writer=False)
+    sim.scale(3)
+    sim.wait_converged(3, label="bootstrap")
+    _wait_for("the first backup", 60, sim.backups)
+    record = sim.parameters()[f"{sim.prefix}/cluster"]
+    # Every etcd stops answering, but the instances stay in the group.
+    for iid in list(sim.instances):
+        sim.pause_instance(iid)
+    try:
+        time.sleep(12)  # a few scheduled runs
+        assert sim.parameters()[f"{sim.prefix}/cluster"] == record
+        steps = [s for _, b in invocation_outcomes(sim) if b for s in b.get("steps", [])]
+        assert not any(s.startswith("restore") for s in steps), steps
+    finally:
+        for iid in list(sim.instances):
+            sim.resume_instance(iid)
