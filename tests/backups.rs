@@ -45,7 +45,11 @@ async fn count(client: &reqwest::Client, url: &str, prefix: &str) -> u64 {
 }
 
 /// `etcdutl snapshot restore` beside the etcd under test (3.5), else `etcdctl` (3.4).
-fn restore(snapshot: &std::path::Path, data_dir: &std::path::Path, peer: &str) -> std::process::Output {
+fn restore(
+    snapshot: &std::path::Path,
+    data_dir: &std::path::Path,
+    peer: &str,
+) -> std::process::Output {
     let etcd = support::etcd_bin();
     let dir = std::path::Path::new(&etcd)
         .parent()
@@ -114,12 +118,21 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
         taken_at: 1_800_000_000,
     };
     let (backup, sha256) = store.store(snapshot, &facts).await.unwrap();
-    assert!(backup.key.starts_with("etcd-asg-lifecycle/test/test-token/"), "{}", backup.key);
+    assert!(
+        backup
+            .key
+            .starts_with("etcd-asg-lifecycle/test/test-token/"),
+        "{}",
+        backup.key
+    );
     assert!(backup.size > 3_000_000, "{}", backup.size);
     assert_eq!(store.list().await.unwrap(), vec![backup.clone()]);
 
     // What the seed gets: the URL, the checksum, and read access by its tag.
-    let handed = store.hand_over(&backup.key, "i-0000000000000000a").await.unwrap();
+    let handed = store
+        .hand_over(&backup.key, "i-0000000000000000a")
+        .await
+        .unwrap();
     assert_eq!(handed.sha256, sha256);
     assert_eq!(handed.url, format!("s3://backups/{}", backup.key));
     let tags = s3
@@ -130,7 +143,9 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
         .await
         .unwrap();
     assert_eq!(tags.tag_set()[0].key(), "etcd-asg-instance-arn");
-    assert!(tags.tag_set()[0].value().ends_with("instance/i-0000000000000000a"));
+    assert!(tags.tag_set()[0]
+        .value()
+        .ends_with("instance/i-0000000000000000a"));
 
     // Download, check, restore with etcd's own tool, start a member on it: the same keys.
     let body = s3
@@ -145,14 +160,21 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
         .await
         .unwrap()
         .into_bytes();
-    let hex: String = Sha256::digest(&body).iter().map(|b| format!("{b:02x}")).collect();
+    let hex: String = Sha256::digest(&body)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     assert_eq!(hex, sha256);
     let file = dir.path().join("snap.db");
     std::fs::write(&file, &body).unwrap();
     etcd.kill();
     let mut fresh = support::Etcd::new("restored", dir.path());
     let out = restore(&file, &fresh.dir, &fresh.peer_url);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     fresh.start(&format!("restored={}", fresh.peer_url), "new");
     let url = fresh.client_url.clone();
     let mut n = 0;
@@ -175,7 +197,10 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
     let corrupt = dir.path().join("corrupt.db");
     std::fs::write(&corrupt, &bad).unwrap();
     let out = restore(&corrupt, &dir.path().join("never"), "http://127.0.0.1:1");
-    assert!(!out.status.success(), "a corrupted snapshot must not restore");
+    assert!(
+        !out.status.success(),
+        "a corrupted snapshot must not restore"
+    );
     // (etcd's tool may leave a partial directory behind: the boot script restores beside the
     // data dir and moves it in only on success.)
 
