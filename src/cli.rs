@@ -278,6 +278,46 @@ pub fn plan_text(plan: &Plan) -> String {
     out
 }
 
+/// `backups`: one row per complete backup, newest last, the current generation's marked.
+pub fn backups_text(backups: &[crate::model::Backup], current_token: Option<&str>) -> String {
+    if backups.is_empty() {
+        return "no backups yet\n".into();
+    }
+    let mut table = Table::new();
+    table.load_style(UTF8_FULL_CONDENSED).set_header(vec![
+        "key",
+        "taken (UTC)",
+        "revision",
+        "MiB",
+        "generation",
+    ]);
+    for b in backups {
+        let generation = if Some(b.token.as_str()) == current_token {
+            format!("{} (current)", b.token)
+        } else {
+            b.token.clone()
+        };
+        table.add_row(vec![
+            b.key.clone(),
+            crate::adapters::s3::stamp(b.taken_at),
+            b.revision.to_string(),
+            mib(Some(b.size)),
+            generation,
+        ]);
+    }
+    format!("{table}\n")
+}
+
+pub fn backups_json(backups: &[crate::model::Backup]) -> Value {
+    json!(backups
+        .iter()
+        .map(
+            |b| json!({"key": b.key, "token": b.token, "taken_at": b.taken_at,
+            "revision": b.revision, "size": b.size})
+        )
+        .collect::<Vec<_>>())
+}
+
 /// The rule behind a step, in a sentence.
 pub fn explain_step(step: &Step) -> String {
     match step {

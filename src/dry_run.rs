@@ -142,6 +142,11 @@ impl<P: PublishedConfig> PublishedConfig for DryRun<P> {
         Ok(())
     }
 
+    async fn request_restore(&self, key: &str) -> Result<(), Error> {
+        self.refuse(format!("request a restore of {key}"));
+        Ok(())
+    }
+
     async fn restore_cluster(
         &self,
         old: &ClusterRecord,

@@ -344,6 +344,11 @@ impl PublishedConfig for Fake {
         Ok(Created::Created)
     }
 
+    async fn request_restore(&self, key: &str) -> Result<(), Error> {
+        self.world().restore_request = Some(key.to_string());
+        Ok(())
+    }
+
     async fn restore_cluster(
         &self,
         old: &ClusterRecord,

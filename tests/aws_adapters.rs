@@ -329,6 +329,7 @@ async fn published_config_round_trips_through_ssm() {
         client_url: "http://127.0.0.2:2379".into(),
         auto_compaction_retention: "1h".into(),
         quota_backend_bytes: 2 << 30,
+        restore: None,
     };
     store.publish("i-00000001", &config).await.unwrap();
     store.publish("i-00000001", &config).await.unwrap(); // overwrite is fine

@@ -209,6 +209,11 @@ impl ports::PublishedConfig for SsmParameters {
         })
     }
 
+    async fn request_restore(&self, key: &str) -> Result<(), Error> {
+        let name = format!("{}/restore-request", self.prefix);
+        self.put(name, key.to_string(), true).await.map(drop)
+    }
+
     /// The fence is `<prefix>/restored/<old seed>-<old created>`, create-only, holding the new
     /// record: one restore per lost generation, rolled forward by whoever finds it.
     async fn restore_cluster(

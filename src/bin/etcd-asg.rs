@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use etcd_asg_lifecycle::adapters::{self, autoscaling::settings_of_stack};
+use etcd_asg_lifecycle::ports::{Backups, PublishedConfig};
 use etcd_asg_lifecycle::{cli, dry_run, event, Config, Error, Response};
 
 /// Show and explain what etcd-asg-lifecycle sees, and what it would do next.
@@ -41,6 +42,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The complete backups in the bucket, oldest first.
+    Backups {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ask for BACKUP (a key from `backups`, or `latest`) to be restored once every member is
+    /// gone: what RECOVERY=manual waits for.
+    Restore { backup: String },
     /// Run the real handler on an event file against the real account with every write refused,
     /// printing the decisions it would make.
     Replay {
@@ -102,6 +111,50 @@ async fn run(args: Args) -> Result<(), Error> {
             }
             Ok(())
         }
+        Command::Backups { json } => {
+            let Some(store) = &live.backups else {
+                return Err(backups_off());
+            };
+            let all = store.list().await?;
+            let (obs, _) = live.look().await?;
+            let token = obs.published.cluster.as_ref().map(|r| r.token.as_str());
+            if json {
+                println!("{}", cli::backups_json(&all));
+            } else {
+                print!("{}", cli::backups_text(&all, token));
+            }
+            Ok(())
+        }
+        Command::Restore { backup } => {
+            let Some(store) = &live.backups else {
+                return Err(backups_off());
+            };
+            let all = store.list().await?;
+            if backup != "latest" && !all.iter().any(|b| b.key == backup) {
+                return Err(Error::Config {
+                    var: "BACKUP".into(),
+                    value: backup,
+                    reason: "is not a complete backup in the bucket (see `etcd-asg backups`)"
+                        .into(),
+                });
+            }
+            live.published.request_restore(&backup).await?;
+            let (obs, plan) = live.look().await?;
+            println!(
+                "restore of {backup} requested ({}/restore-request).",
+                live.config.parameter_prefix
+            );
+            let reachable = matches!(
+                obs.cluster,
+                etcd_asg_lifecycle::model::ClusterState::Known(_)
+            );
+            if reachable {
+                println!("The cluster answers: nothing is restored unless every member is lost.");
+            } else {
+                println!("next: {}", cli::explain_step(&plan.step));
+            }
+            Ok(())
+        }
         Command::Replay { file } => {
             let bytes = std::fs::read(&file).map_err(|e| Error::Config {
                 var: "FILE".into(),
@@ -143,6 +196,14 @@ async fn run(args: Args) -> Result<(), Error> {
             }
             Ok(())
         }
+    }
+}
+
+fn backups_off() -> Error {
+    Error::Config {
+        var: "BACKUP_BUCKET".into(),
+        value: String::new(),
+        reason: "is not set: backups are off for this cluster".into(),
     }
 }
 

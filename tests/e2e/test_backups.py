@@ -68,7 +68,17 @@ def test_a_partition_with_the_members_still_in_the_group_restores_nothing(simula
     sim = simulation(backups=True, writer=False)
     sim.scale(3)
     sim.wait_converged(3, label="bootstrap")
-    _wait_for("the first backup", 60, sim.backups)
+    (first, *_) = _wait_for("the first backup", 60, sim.backups)
+    # The CLI lists it, and a restore request names only a backup that exists.
+    r = sim.cli("backups", "--json")
+    assert r.returncode == 0, r.stderr
+    assert first["key"] in [b["key"] for b in json.loads(r.stdout)]
+    assert first["key"] in sim.cli("backups").stdout
+    r = sim.cli("restore", "no/such/backup.db")
+    assert r.returncode != 0 and "no/such/backup.db" in r.stderr, r.stderr
+    r = sim.cli("restore", first["key"])
+    assert r.returncode == 0 and "The cluster answers" in r.stdout, (r.stdout, r.stderr)
+    assert sim.parameters()[f"{sim.prefix}/restore-request"] == first["key"]
     record = sim.parameters()[f"{sim.prefix}/cluster"]
     # Every etcd stops answering, but the instances stay in the group.
     for iid in list(sim.instances):
