@@ -53,7 +53,7 @@ adapters: $(ADAPTER_RUNS)
 $(ADAPTER_RUNS): adapters-%: deps
 	@bin=$$($(VENV)/bin/python -m sim.etcd $*) || exit 1; \
 	echo "adapter tests on etcd $* ($$bin)"; \
-	ETCD_VERSION=$* ETCD_BIN=$$bin PATH=$$(dirname $$bin):$$PATH PYTHON=$(VENV)/bin/python \
+	ETCD_BIN=$$bin PATH=$$(dirname $$bin):$$PATH PYTHON=$(VENV)/bin/python \
 		$(CARGO) test --locked --test etcd_adapter --test aws_adapters --test backups -- --test-threads=1
 
 e2e: $(E2E_RUNS) e2e-upgrade

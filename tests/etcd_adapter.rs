@@ -274,7 +274,10 @@ async fn client_certificates_when_etcd_requires_them() {
     let client = format!("https://127.0.0.1:{}", support::free_port());
     let path = |f: &str| d.join(f).to_str().unwrap().to_string();
     let mut cmd = std::process::Command::new(support::etcd_bin());
-    cmd.args(["--name", "tls", "--data-dir", &path("data")])
+    // etcd reads every ETCD_* variable as a flag (ETCD_VERSION=3.4 would be --version).
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .args(["--name", "tls", "--data-dir", &path("data")])
         .args([
             "--listen-peer-urls",
             &peer,
