@@ -52,3 +52,16 @@ def moto():
     finally:
         procs.stop(proc)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def wait_for(what, timeout, check, every=0.3):
+    """Polls `check` until it returns something true; that is the result. Fails after `timeout`."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

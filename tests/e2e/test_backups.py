@@ -5,18 +5,10 @@ import hashlib
 import json
 import time
 
-from conftest import invocation_outcomes
+from conftest import invocation_outcomes, wait_for
 from sim import etcd
 
 
-def _wait_for(what, timeout, check):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def test_every_member_lost_at_once_comes_back_from_the_latest_backup(simulation):
@@ -29,7 +21,7 @@ def test_every_member_lost_at_once_comes_back_from_the_latest_backup(simulation)
         etcd.put(url, f"/before/{n:03d}", f"value {n}")
     revision = int(etcd.status(url)["header"]["revision"])
     # The next scheduled snapshot holds them (the interval is a minute).
-    backup = _wait_for("a backup at the revision of the writes", 150,
+    backup = wait_for("a backup at the revision of the writes", 150,
                        lambda: next((b for b in reversed(sim.backups()) if b["revision"] >= revision), None))
     data = sim.s3.get_object(Bucket=sim.backup_bucket, Key=backup["key"])["Body"].read()
     assert hashlib.sha256(data).hexdigest() == backup["sha256"] and len(data) == backup["size"]
@@ -68,7 +60,7 @@ def test_a_partition_with_the_members_still_in_the_group_restores_nothing(simula
     sim = simulation(backups=True, writer=False)
     sim.scale(3)
     sim.wait_converged(3, label="bootstrap")
-    (first, *_) = _wait_for("the first backup", 60, sim.backups)
+    (first, *_) = wait_for("the first backup", 60, sim.backups)
     # The CLI lists it, and a restore request names only a backup that exists.
     r = sim.cli("backups", "--json")
     assert r.returncode == 0, r.stderr

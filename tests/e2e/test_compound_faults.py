@@ -2,11 +2,10 @@
 boots, a cluster of one replaced, a function whose hook is missing."""
 
 import json
-import time
 
 import pytest
 
-from conftest import invocation_outcomes
+from conftest import invocation_outcomes, wait_for
 from sim import etcd
 
 
@@ -15,14 +14,6 @@ def _member_names(sim) -> set[str]:
     return {m.get("name", "") for m in listed[1]} if listed else set()
 
 
-def _wait_for(what, timeout, check):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def test_a_termination_while_another_member_is_down_is_held_until_the_dead_member_is_replaced(simulation):
@@ -42,7 +33,7 @@ def test_a_termination_while_another_member_is_down_is_held_until_the_dead_membe
                     return h
         return None
 
-    hold = _wait_for("the quorum guard to hold the termination", 60, held)
+    hold = wait_for("the quorum guard to hold the termination", 60, held)
     assert hold["blocking"], hold
     # Held, not removed: removing a live member with another down would have lost quorum.
     assert leaving in _member_names(sim)

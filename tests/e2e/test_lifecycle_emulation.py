@@ -1,33 +1,10 @@
 """The emulated lifecycle itself, and the function's answer to an instance that never boots."""
 
 import json
-import os
-import sys
-import tempfile
 import time
 import urllib.request
 
 import boto3
-import pytest
-
-from sim import procs
-from sim.world import ROOT
-
-
-@pytest.fixture
-def moto():
-    workdir = tempfile.mkdtemp(prefix="moto-")
-    port_file = os.path.join(workdir, "port")
-    proc = procs.spawn([sys.executable, str(ROOT / "sim" / "moto_lifecycle.py"), "--port-file", port_file],
-                       dict(os.environ), os.path.join(workdir, "moto.log"))
-    try:
-        deadline = time.monotonic() + 60
-        while not os.path.exists(port_file):
-            assert proc.poll() is None and time.monotonic() < deadline, "moto did not start"
-            time.sleep(0.1)
-        yield f"http://127.0.0.1:{open(port_file).read().strip()}"
-    finally:
-        procs.stop(proc)
 
 
 def test_a_held_instance_gets_the_hooks_default_result_when_its_heartbeat_times_out(moto):

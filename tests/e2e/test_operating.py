@@ -4,19 +4,12 @@ writer running, and the EMF metric lines checked against the simulated cluster."
 import json
 import time
 
+from conftest import wait_for
 from sim import etcd
 
 MIB = 1 << 20
 
 
-def _wait_for(what, timeout, check):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def _statuses(sim):
@@ -64,7 +57,7 @@ def test_nospace_is_recovered_without_an_operator_and_no_latest_value_is_lost(si
         raise AssertionError("the quota was never reached")
     assert any(a.get("alarm") == "NOSPACE" for a in _alarms(sim)), "NOSPACE raised"
     # The function compacts, defragments every member and disarms: writable again.
-    _wait_for("the alarm to be disarmed", 120,
+    wait_for("the alarm to be disarmed", 120,
               lambda: any(s.startswith("disarm-alarm") for s in _steps(sim)) and not _alarms(sim))
     etcd.put(url, "/after", "writable")
     for key, n in latest.items():
@@ -91,7 +84,7 @@ def test_a_defragmentation_pass_keeps_the_writer_going(simulation):
     sim.start_writer()
     writes_before = len(sim.writer.acked)
     began = time.monotonic()
-    _wait_for("three defragmentations", 120,
+    wait_for("three defragmentations", 120,
               lambda: sum(s.startswith("defragment") for s in _steps(sim)) >= 3)
     time.sleep(2)
     sim.writer.stop()
@@ -112,7 +105,7 @@ def test_every_invocation_logs_metrics_that_match_the_cluster(simulation):
     sim.scale(3)
     sim.wait_converged(3, label="bootstrap")
     n = len(sim.function.invocations)
-    _wait_for("a scheduled run after convergence", 30, lambda: len(sim.function.invocations) > n + 1)
+    wait_for("a scheduled run after convergence", 30, lambda: len(sim.function.invocations) > n + 1)
     lines = _emf_lines(sim)
     assert lines, "EMF lines on stdout"
     last = lines[-1]
@@ -137,6 +130,6 @@ def test_every_invocation_logs_metrics_that_match_the_cluster(simulation):
     victim = sorted(sim.instances)[0]
     sim.kill_instance(victim)
     n = len(sim.function.invocations)
-    _wait_for("a scheduled run after the loss", 30, lambda: len(sim.function.invocations) > n + 1)
+    wait_for("a scheduled run after the loss", 30, lambda: len(sim.function.invocations) > n + 1)
     last = _emf_lines(sim)[-1]
     assert (last["HealthyVoters"], last["QuorumMargin"]) == (2, 0), last
