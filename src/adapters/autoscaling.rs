@@ -20,8 +20,9 @@ pub struct AutoScalingGroup {
     pub address: AddressSource,
 }
 
-impl Group for AutoScalingGroup {
-    async fn instances(&self) -> Result<Vec<Instance>, Error> {
+impl AutoScalingGroup {
+    /// This group, as DescribeAutoScalingGroups tells it.
+    async fn describe(&self) -> Result<aws_sdk_autoscaling::types::AutoScalingGroup, Error> {
         let out = self
             .autoscaling
             .describe_auto_scaling_groups()
@@ -29,11 +30,17 @@ impl Group for AutoScalingGroup {
             .send()
             .await
             .map_err(|e| aws("DescribeAutoScalingGroups")(e.into()))?;
-        let group = out
-            .auto_scaling_groups()
+        out.auto_scaling_groups()
             .iter()
             .find(|g| g.auto_scaling_group_name() == Some(self.group.as_str()))
-            .ok_or_else(|| Error::GroupNotFound(self.group.clone()))?;
+            .cloned()
+            .ok_or_else(|| Error::GroupNotFound(self.group.clone()))
+    }
+}
+
+impl Group for AutoScalingGroup {
+    async fn instances(&self) -> Result<Vec<Instance>, Error> {
+        let group = self.describe().await?;
         let states: Vec<(String, LifecycleState, bool)> = group
             .instances()
             .iter()
@@ -115,20 +122,8 @@ impl AutoScalingGroup {
     /// `arn:<partition>:ec2:<region>:<account>:instance/`, from the group's own ARN: what an
     /// instance's requests carry as `ec2:SourceInstanceARN`, less the instance id.
     pub async fn instance_arn_prefix(&self) -> Result<String, Error> {
-        let out = self
-            .autoscaling
-            .describe_auto_scaling_groups()
-            .auto_scaling_group_names(&self.group)
-            .send()
-            .await
-            .map_err(|e| aws("DescribeAutoScalingGroups")(e.into()))?;
-        let arn = out
-            .auto_scaling_groups()
-            .iter()
-            .find(|g| g.auto_scaling_group_name() == Some(self.group.as_str()))
-            .ok_or_else(|| Error::GroupNotFound(self.group.clone()))?
-            .auto_scaling_group_arn()
-            .unwrap_or_default();
+        let group = self.describe().await?;
+        let arn = group.auto_scaling_group_arn().unwrap_or_default();
         instance_arn_prefix(arn).ok_or_else(|| Error::Aws {
             operation: "DescribeAutoScalingGroups",
             source: format!(

@@ -207,7 +207,7 @@ def test_the_bucket_parameters_and_settings_reach_the_function(template):
     # Defaults are the function's (src/config.rs VARIABLES); the ranges within what it accepts.
     source = (ROOT / "src" / "config.rs").read_text()
     start = source.index("pub const VARIABLES")
-    defaults = dict(re.findall(r'\("([A-Z_]+)", "([^"]*)"\)', source[start:source.index("];", start)]))
+    defaults = dict(re.findall(r'\(\s*"([A-Z_]+)",\s*"([^"]*)",?\s*\)', source[start:source.index("];", start)]))
     for var, param in (("BACKUP_INTERVAL_MINUTES", "BackupIntervalMinutes"), ("BACKUP_HOURLY_DAYS", "BackupHourlyDays"),
                        ("BACKUP_DAILY_DAYS", "BackupDailyDays"), ("RECOVERY", "Recovery")):
         assert str(params[param]["Default"]) == defaults.get(var), f"{param} vs {var} in src/config.rs"

@@ -265,7 +265,7 @@ def test_the_maintenance_parameters_reach_the_function(template):
     # Defaults are the function's own (src/config.rs VARIABLES).
     source = (ROOT / "src" / "config.rs").read_text()
     start = source.index("pub const VARIABLES")
-    defaults = dict(re.findall(r'\("([A-Z_]+)", "([^"]*)"\)', source[start:source.index("];", start)]))
+    defaults = dict(re.findall(r'\(\s*"([A-Z_]+)",\s*"([^"]*)",?\s*\)', source[start:source.index("];", start)]))
     assert str(params["AutoCompactionRetention"]["Default"]) == defaults["AUTO_COMPACTION_RETENTION"]
     assert str(params["QuotaBackendBytes"]["Default"]) == defaults["QUOTA_BACKEND_BYTES"]
     quota = params["QuotaBackendBytes"]

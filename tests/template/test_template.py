@@ -270,7 +270,7 @@ def test_the_function_environment_uses_only_variables_the_function_reads(templat
 
     source = (ROOT / "src" / "config.rs").read_text()
     table = source[source.index("pub const VARIABLES"):source.index("];", source.index("pub const VARIABLES"))]
-    known = set(re.findall(r'\("([A-Z_]+)",', table))
+    known = set(re.findall(r'\(\s*"([A-Z_]+)",', table))
     env = function(template)["Properties"]["Environment"]["Variables"]
     assert set(env) <= known, set(env) - known
     assert {"ASG_NAME", "LAUNCH_HOOK_NAME", "TERMINATE_HOOK_NAME"} <= set(env)
