@@ -121,6 +121,30 @@ pub struct Settings {
     pub backup: Option<BackupPolicy>,
 }
 
+#[cfg(test)]
+impl Settings {
+    /// The planners' table tests' settings: http on the default ports, a 2 GiB quota, learners
+    /// given 600 s, backups off.
+    pub fn for_tests() -> Self {
+        Settings {
+            topology: Topology {
+                peer_scheme: Scheme::Http,
+                peer_port: 2380,
+                client_scheme: Scheme::Http,
+                client_port: 2379,
+                auto_compaction_retention: "1h".into(),
+                quota_backend_bytes: 2 << 30,
+            },
+            cluster_name: "etcd".into(),
+            learner_start_timeout_secs: 600,
+            unhealthy_replace_secs: 300,
+            defrag_free_percent: 50,
+            defrag_min_bytes: 100 << 20,
+            backup: None,
+        }
+    }
+}
+
 /// When snapshots are taken and kept, and how a lost cluster comes back.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct BackupPolicy {

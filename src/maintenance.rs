@@ -125,28 +125,15 @@ mod tests {
     //! Given the members' statuses and alarms, expect the maintenance step.
 
     use super::*;
-    use crate::config::{Scheme, Topology};
     use crate::model::{Alarm, MemberId};
 
     const MIB: u64 = 1 << 20;
 
+    /// A 1000 MiB quota, so sizes read as per-mille of it.
     fn settings() -> Settings {
-        Settings {
-            topology: Topology {
-                peer_scheme: Scheme::Http,
-                peer_port: 2380,
-                client_scheme: Scheme::Http,
-                client_port: 2379,
-                auto_compaction_retention: "1h".into(),
-                quota_backend_bytes: 1000 * MIB,
-            },
-            cluster_name: "etcd".into(),
-            learner_start_timeout_secs: 600,
-            unhealthy_replace_secs: 300,
-            defrag_free_percent: 50,
-            defrag_min_bytes: 100 * MIB,
-            backup: None,
-        }
+        let mut s = Settings::for_tests();
+        s.topology.quota_backend_bytes = 1000 * MIB;
+        s
     }
 
     fn member(n: u64) -> Member {

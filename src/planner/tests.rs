@@ -1,26 +1,10 @@
 //! Table tests: each case is one rule of the module doc, stated as given / expect.
 
 use super::*;
-use crate::config::{Scheme, Topology};
 use crate::model::{Published, PublishedState};
 
 fn settings() -> Settings {
-    Settings {
-        topology: Topology {
-            peer_scheme: Scheme::Http,
-            peer_port: 2380,
-            client_scheme: Scheme::Http,
-            client_port: 2379,
-            auto_compaction_retention: "1h".into(),
-            quota_backend_bytes: 2 << 30,
-        },
-        cluster_name: "etcd".into(),
-        learner_start_timeout_secs: 600,
-        unhealthy_replace_secs: 300,
-        defrag_free_percent: 50,
-        defrag_min_bytes: 100 << 20,
-        backup: None,
-    }
+    Settings::for_tests()
 }
 
 fn addr(n: u8) -> String {
