@@ -55,12 +55,7 @@ pub fn due(
     now: Timestamp,
     policy: &BackupPolicy,
 ) -> bool {
-    let revision = view
-        .statuses
-        .values()
-        .map(|s| s.revision)
-        .max()
-        .unwrap_or(0);
+    let revision = view.revision();
     match latest(backups, token) {
         None => true,
         Some(b) => now - b.taken_at >= policy.interval_secs && revision > b.revision,

@@ -43,20 +43,34 @@ fn role(view: &ClusterView, m: &Member) -> &'static str {
     }
 }
 
-fn member_row(
-    view: &ClusterView,
-    m: &Member,
-) -> (String, String, bool, bool, Option<u64>, Option<u64>, String) {
+/// A row with the member's columns filled in (or "-" without a member), the rest to the caller.
+fn member_row(member: Option<(&ClusterView, &Member)>) -> Row {
+    let Some((view, m)) = member else {
+        return Row {
+            instance: String::new(),
+            lifecycle: "-".into(),
+            address: String::new(),
+            member: "-".into(),
+            role: "-".into(),
+            started: false,
+            healthy: false,
+            db_size: None,
+            db_in_use: None,
+            version: String::new(),
+            config_published: false,
+        };
+    };
     let status = view.statuses.get(&m.id);
-    (
-        m.id.to_string(),
-        role(view, m).to_string(),
-        m.is_started(),
-        view.healthy.contains(&m.id),
-        status.map(|s| s.db_size),
-        status.map(|s| s.db_size_in_use),
-        status.map(|s| s.version.clone()).unwrap_or_default(),
-    )
+    Row {
+        member: m.id.to_string(),
+        role: role(view, m).to_string(),
+        started: m.is_started(),
+        healthy: view.healthy.contains(&m.id),
+        db_size: status.map(|s| s.db_size),
+        db_in_use: status.map(|s| s.db_size_in_use),
+        version: status.map(|s| s.version.clone()).unwrap_or_default(),
+        ..member_row(None)
+    }
 }
 
 /// Every instance of the group, then members whose instance is gone.
@@ -73,21 +87,9 @@ pub fn rows(obs: &Observation, peer_url: impl Fn(&str) -> String) -> Vec<Row> {
         .map(|i| {
             let address = i.address.clone().unwrap_or_default();
             let m = view.and_then(|v| member_of(v, i, &peer_url(&address)).map(|m| (v, m)));
-            let (member, role, started, healthy, db_size, db_in_use, version) = match m {
-                Some((v, m)) => {
-                    seen.push(m.id);
-                    member_row(v, m)
-                }
-                None => (
-                    "-".into(),
-                    "-".into(),
-                    false,
-                    false,
-                    None,
-                    None,
-                    String::new(),
-                ),
-            };
+            if let Some((_, m)) = m {
+                seen.push(m.id);
+            }
             let lifecycle = if i.healthy {
                 i.state.to_string()
             } else {
@@ -97,36 +99,21 @@ pub fn rows(obs: &Observation, peer_url: impl Fn(&str) -> String) -> Vec<Row> {
                 instance: i.id.clone(),
                 lifecycle,
                 address,
-                member,
-                role,
-                started,
-                healthy,
-                db_size,
-                db_in_use,
-                version,
                 config_published: obs.published.members.contains_key(&i.id),
+                ..member_row(m)
             }
         })
         .collect();
     if let Some(v) = view {
         for m in v.members.iter().filter(|m| !seen.contains(&m.id)) {
-            let (member, role, started, healthy, db_size, db_in_use, version) = member_row(v, m);
             out.push(Row {
                 instance: if m.name.is_empty() {
                     "(none)".into()
                 } else {
                     format!("{} (gone)", m.name)
                 },
-                lifecycle: "-".into(),
                 address: m.peer_urls.join(","),
-                member,
-                role,
-                started,
-                healthy,
-                db_size,
-                db_in_use,
-                version,
-                config_published: false,
+                ..member_row(Some((v, m)))
             });
         }
     }

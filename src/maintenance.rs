@@ -46,12 +46,7 @@ pub fn plan(view: &ClusterView, settings: &Settings) -> Vec<Step> {
     if nospace && !view.history_compacted {
         // Writes have stopped; the revision stands still. All history goes: the retention
         // cannot be kept once the quota is full.
-        let revision = view
-            .statuses
-            .values()
-            .map(|s| s.revision)
-            .max()
-            .unwrap_or(0);
+        let revision = view.revision();
         return vec![Step::Compact { revision }];
     }
     let needs_defrag = |s: &MemberStatus| {

@@ -201,6 +201,15 @@ impl ClusterView {
     pub fn learners(&self) -> impl Iterator<Item = &Member> {
         self.members.iter().filter(|m| m.is_learner)
     }
+
+    /// The newest revision any answering member reports.
+    pub fn revision(&self) -> i64 {
+        self.statuses
+            .values()
+            .map(|s| s.revision)
+            .max()
+            .unwrap_or(0)
+    }
 }
 
 /// The create-once fence for bootstrap: whoever writes this first seeds the cluster.
