@@ -257,12 +257,18 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members, B: Backups> Reconci
     /// One look at the world and what the planner makes of it, changing nothing: what the CLI's
     /// `status` and `plan` show.
     pub async fn look(&self) -> Result<(Observation, planner::Plan), Error> {
-        let obs = self.observe(&Meter::default()).await?;
+        let obs = self.observe(&Meter::default(), &mut None).await?;
         let plan = planner::assess(&obs, &self.config.settings);
         Ok((obs, plan))
     }
 
-    async fn observe(&self, meter: &Meter) -> Result<Observation, Error> {
+    /// `listed` keeps the bucket's listing across the observations of one invocation: only a
+    /// step of ours changes it (taken, pruned), and polling must not list it every pause.
+    async fn observe(
+        &self,
+        meter: &Meter,
+        listed: &mut Option<Vec<crate::model::Backup>>,
+    ) -> Result<Observation, Error> {
         meter.observations.fetch_add(1, Ordering::Relaxed);
         // Group, then parameters, then etcd: a config is written only after its member exists,
         // so a config seen here without its member means the member has since been removed.
@@ -277,9 +283,14 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members, B: Backups> Reconci
             .collect();
         let expected = published.cluster.as_ref().and_then(|r| r.cluster_id);
         let cluster = meter.etcd(self.members.observe(&endpoints, expected)).await;
-        let backups = match &self.backups {
-            Some(b) => meter.aws(b.list()).await?,
-            None => vec![],
+        let backups = match (&self.backups, listed.as_ref()) {
+            (Some(_), Some(cached)) => cached.clone(),
+            (Some(b), None) => {
+                let fresh = meter.aws(b.list()).await?;
+                *listed = Some(fresh.clone());
+                fresh
+            }
+            (None, _) => vec![],
         };
         Ok(Observation {
             instances,
@@ -314,10 +325,11 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members, B: Backups> Reconci
         let mut failures = 0u32;
         let mut last_wait = None;
         let mut last_applied: Option<Step> = None;
+        let mut listed = None;
         // Steps applied, refusals and errors by kind, for the metrics.
         let mut counts = Metrics::default();
         loop {
-            let obs = self.observe(&meter).await?;
+            let obs = self.observe(&meter, &mut listed).await?;
             if let Some(id) = hint.filter(|_| steps.is_empty() && failures == 0) {
                 if obs.instance(id).is_none() {
                     let reason = format!("is not in group {:?}", self.config.group_name);
@@ -399,6 +411,9 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members, B: Backups> Reconci
                 Ok(outcome) => {
                     log_decision(&step, outcome);
                     counts.count(format!("StepsApplied.{}", step.name()));
+                    if matches!(step, Step::Backup { .. } | Step::Prune { .. }) {
+                        listed = None;
+                    }
                     // A defragmentation blocks its member while it runs: after a long one, give
                     // the clients a breather and leave the next member to a later invocation.
                     let long_defrag =
