@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import pytest
-from cfnlint.decode import decode
 
 from test_operations import TOPIC_ACTION, alarm, cluster_dimension, dashboard_body, depends_on, env, references
 from test_template import STACK, resolve, resources, statements
@@ -22,13 +21,6 @@ TAG_KEY = "etcd-asg-instance-arn"
 # BACKUP_DAILY_DAYS 1..=3650: every value a parameter allows must start the function.
 RUST_RANGES = {"BackupIntervalMinutes": (1, 1440), "BackupHourlyDays": (1, 365), "BackupDailyDays": (1, 3650)}
 CONDITIONAL = {"BackupKey", "BackupBucket", "BackupBucketPolicy"}
-
-
-@pytest.fixture(scope="module")
-def template():
-    t, errors = decode(str(ROOT / "template.yaml"))
-    assert not errors, errors
-    return t
 
 
 def render(value, conditions):

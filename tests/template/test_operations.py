@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-from cfnlint.decode import decode
 
 from test_template import STACK, function, resolve, resources
 
@@ -16,13 +15,6 @@ NAMESPACE = "EtcdAsgLifecycle"
 TOPIC_ACTION = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
 # src/config.rs: QUOTA_BACKEND_BYTES from 16 MiB to MAX_QUOTA_BACKEND_BYTES (8 GiB).
 QUOTA_MIN, QUOTA_MAX = 16 << 20, 8 << 30
-
-
-@pytest.fixture(scope="module")
-def template():
-    t, errors = decode(str(ROOT / "template.yaml"))
-    assert not errors, errors
-    return t
 
 
 def env(t):

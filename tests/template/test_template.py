@@ -3,19 +3,10 @@
 import json
 from pathlib import Path
 
-import pytest
-from cfnlint.decode import decode
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK = "prod"
 GROUP = f"{STACK}-etcd"
-
-
-@pytest.fixture(scope="module")
-def template():
-    t, errors = decode(str(ROOT / "template.yaml"))
-    assert not errors, errors
-    return t
 
 
 def resolve(value, t):
