@@ -85,7 +85,7 @@ def lose_every_member(sim: Simulation) -> str:
     backup, with no operator. Needs a simulation with backups."""
     url = sim.running_client_urls()[0]
     for n in range(20):
-        etcd.put(url, f"/demo/kept/{n:02d}", f"value {n}")
+        etcd.put(url, f"/demo/kept/{n:02d}", f"value {n}", timeout=5)
     revision = int(etcd.status(url)["header"]["revision"])
     deadline = time.monotonic() + 150
     while True:
@@ -98,7 +98,7 @@ def lose_every_member(sim: Simulation) -> str:
     # Writes after the snapshot: what a restore cannot bring back.
     after, until = 0, time.monotonic() + 3
     while time.monotonic() < until:
-        etcd.put(url, f"/demo/after/{after:04d}", "x")
+        etcd.put(url, f"/demo/after/{after:04d}", "x", timeout=5)
         after += 1
         time.sleep(0.05)
     lost_at = time.time()

@@ -18,7 +18,7 @@ def test_every_member_lost_at_once_comes_back_from_the_latest_backup(simulation)
     old_record = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
     url = sim.running_client_urls()[0]
     for n in range(50):
-        etcd.put(url, f"/before/{n:03d}", f"value {n}")
+        etcd.put(url, f"/before/{n:03d}", f"value {n}", timeout=5)
     revision = int(etcd.status(url)["header"]["revision"])
     # The next scheduled snapshot holds them (the interval is a minute).
     backup = wait_for("a backup at the revision of the writes", 150,
