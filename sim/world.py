@@ -534,7 +534,10 @@ class Simulation:
             keys += [o["Key"] for o in page.get("Contents", [])]
         out = []
         for key in sorted(k for k in keys if k.endswith(".db") and f"{k}.json" in keys):
-            body = self.s3.get_object(Bucket=self.backup_bucket, Key=f"{key}.json")["Body"].read()
+            try:
+                body = self.s3.get_object(Bucket=self.backup_bucket, Key=f"{key}.json")["Body"].read()
+            except self.s3.exceptions.NoSuchKey:
+                continue  # pruned between the listing and now
             out.append({**json.loads(body), "key": key})
         return sorted(out, key=lambda b: (b["taken_at"], b["revision"]))
 
