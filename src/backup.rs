@@ -14,7 +14,7 @@
 use std::collections::BTreeSet;
 
 use crate::config::{BackupPolicy, Recovery};
-use crate::model::{Backup, ClusterView, MemberId, Observation, Timestamp};
+use crate::model::{Backup, ClusterView, MemberId, Observation, Survivor, Timestamp};
 
 /// A removal waits for a snapshot unless the last one is younger than this.
 pub const FRESH_SECS: i64 = 60;
@@ -24,6 +24,8 @@ pub const FRESH_SECS: i64 = 60;
 pub enum Reason {
     Scheduled,
     BeforeRemoval,
+    /// The quorum is lost for good: the freshest survivor's data, before the restore.
+    Survivor,
 }
 
 /// The newest backup of the generation `token`.
@@ -115,6 +117,34 @@ pub fn every_member_gone(obs: &Observation) -> bool {
     old_members_gone && none_in_service
 }
 
+/// Whether the quorum is lost for good while some voters survive: a majority of the voters (as
+/// the freshest survivor's own list names them) are on instances that left the group, and every
+/// voter whose instance is left answers, so none of them can hold newer data unseen. Returns the
+/// survivor with the highest revision. Survivors of another cluster than `cluster_id` are ignored;
+/// a voter that never started (no name to find its instance by) is never called lost.
+pub fn quorum_lost_for_good<'a>(
+    obs: &Observation,
+    survivors: &'a [Survivor],
+    cluster_id: Option<u64>,
+) -> Option<&'a Survivor> {
+    let ours = || {
+        survivors
+            .iter()
+            .filter(move |s| cluster_id.is_none_or(|c| c == s.cluster_id))
+    };
+    let freshest = ours().max_by_key(|s| (s.status.revision, s.member))?;
+    if freshest.voters.iter().any(|v| !v.is_started()) {
+        return None;
+    }
+    let left =
+        |v: &crate::model::Member| obs.instance(&v.name).is_some_and(|i| i.state.is_present());
+    let (remaining, lost): (Vec<_>, Vec<_>) = freshest.voters.iter().partition(|v| left(v));
+    let all_answer = remaining.iter().all(|v| ours().any(|s| s.member == v.id));
+    let majority_lost =
+        !lost.is_empty() && remaining.len() < crate::planner::quorum(freshest.voters.len());
+    (all_answer && majority_lost).then_some(freshest)
+}
+
 pub fn choose(obs: &Observation, policy: &BackupPolicy) -> Choice {
     let freshest = || {
         obs.backups
@@ -202,9 +232,7 @@ mod tests {
     fn manual_recovery_waits_for_a_request_naming_a_backup_we_have() {
         let mut obs = Observation {
             instances: vec![],
-            cluster: crate::model::ClusterState::Unreachable {
-                detail: String::new(),
-            },
+            cluster: crate::model::ClusterState::unreachable(""),
             published: Default::default(),
             backups: vec![backup(10, 1), backup(20, 2)],
             now: 100,

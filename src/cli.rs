@@ -5,7 +5,7 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use serde_json::{json, Value};
 
 use crate::model::{ClusterState, ClusterView, Instance, Member, Observation};
-use crate::planner::{Plan, Removal, Step, Wait};
+use crate::planner::{Plan, Removal, Replacement, Step, Wait};
 
 /// One row of `status`: an instance and its member, or a member no instance answers for.
 #[derive(Clone, PartialEq, Eq, Debug, serde::Serialize)]
@@ -194,8 +194,14 @@ pub fn status_text(obs: &Observation, plan: &Plan, rows: &[Row]) -> String {
                 .collect();
             out += &format!("alarms: {}\n", a.join(", "));
         }
-        ClusterState::Unreachable { detail } => {
-            out += &format!("etcd: no member answered as a voter that knows a leader ({detail})\n")
+        ClusterState::Unreachable { detail, survivors } => {
+            out += &format!("etcd: no member answered as a voter that knows a leader ({detail})\n");
+            for s in survivors {
+                out += &format!(
+                    "survivor: member {} at {} answers alone, revision {}\n",
+                    s.member, s.endpoint, s.status.revision
+                );
+            }
         }
     }
     out += &format!("next: {}\n", explain_step(&plan.step));
@@ -369,10 +375,15 @@ pub fn explain_step(step: &Step) -> String {
         }
         Step::Replace {
             instance,
-            down_secs,
-            ..
+            why: Replacement::Down { down_secs, .. },
         } => format!(
             "rule 6: {instance}'s etcd has been down {down_secs} s: mark it Unhealthy so the group replaces it"
+        ),
+        Step::Replace {
+            instance,
+            why: Replacement::OldGeneration { token },
+        } => format!(
+            "rule 6: {instance} survived the restore and still serves the old generation {token}: mark it Unhealthy so a fresh instance joins in its place"
         ),
         Step::Compact { revision } => format!(
             "maintenance: the NOSPACE alarm is raised: compact all history up to revision {revision}, then defragment, then disarm"
@@ -389,11 +400,12 @@ pub fn explain_step(step: &Step) -> String {
             match reason {
                 crate::backup::Reason::Scheduled => "the interval passed and the revision moved: a scheduled",
                 crate::backup::Reason::BeforeRemoval => "a healthy member is about to be removed: a fresh",
+                crate::backup::Reason::Survivor => "the quorum is lost for good and this survivor holds the newest data: a",
             }
         ),
         Step::Prune { key } => format!("backups: retention lets {key} go"),
         Step::Restore { seed, backup, .. } => format!(
-            "recovery: every member of the cluster is gone: start a new generation seeded by {seed}, restored from {} (revision {})",
+            "recovery: the cluster is lost for good: start a new generation seeded by {seed}, restored from {} (revision {})",
             backup.key, backup.revision
         ),
         Step::Wait(w) => explain_wait(w),
@@ -409,7 +421,7 @@ pub fn explain_wait(w: &Wait) -> String {
             "a cluster record exists but no member answers as a voter that knows a leader: changing nothing ({detail})"
         ),
         Wait::NoSeed => "the seed never served and is gone; waiting for a launching instance to seed anew".into(),
-        Wait::AwaitRestoreRequest => "every member is gone and RECOVERY=manual: put the backup to restore (a key, or latest) in <prefix>/restore-request".into(),
+        Wait::AwaitRestoreRequest => "the cluster is lost for good and RECOVERY=manual: put the backup to restore (a key, or latest) in <prefix>/restore-request".into(),
         Wait::QuorumGuard { member, instance, blocking } => format!(
             "removing member {member}{} now would cost quorum: held until the down members ({}) are gone",
             instance.as_ref().map(|i| format!(" ({i}, terminate hook held)")).unwrap_or_default(),

@@ -457,9 +457,7 @@ impl Members for Fake {
                 history_compacted: w.compacted > 0
                     && w.compacted >= w.db.values().map(|s| s.revision).max().unwrap_or(0),
             }),
-            _ => ClusterState::Unreachable {
-                detail: "no endpoint answered".into(),
-            },
+            _ => ClusterState::unreachable("no endpoint answered"),
         }
     }
 

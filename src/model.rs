@@ -143,8 +143,31 @@ pub enum ClusterState {
     /// No client URL we know of answered a member list: no cluster yet, or one we cannot see.
     Unreachable {
         detail: String,
+        /// Voters that still answer for themselves without a leader (the quorum is lost).
+        survivors: Vec<Survivor>,
     },
     Known(ClusterView),
+}
+
+impl ClusterState {
+    /// Nobody answers at all.
+    pub fn unreachable(detail: impl Into<String>) -> Self {
+        Self::Unreachable {
+            detail: detail.into(),
+            survivors: vec![],
+        }
+    }
+}
+
+/// A voter that answers for itself while no quorum answers: the data it holds, and the voters its
+/// own (local, possibly old) member list names.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Survivor {
+    pub member: MemberId,
+    pub endpoint: String,
+    pub cluster_id: u64,
+    pub status: MemberStatus,
+    pub voters: Vec<Member>,
 }
 
 #[derive(Clone, PartialEq, Eq, Debug)]

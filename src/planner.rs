@@ -25,7 +25,7 @@
 use crate::config::Settings;
 use crate::model::{
     ActionResult, Alarm, Backup, ClusterRecord, ClusterState, ClusterView, InitialState, Instance,
-    LifecycleState, Member, MemberConfig, MemberId, Observation, RecordState, Timestamp,
+    LifecycleState, Member, MemberConfig, MemberId, Observation, RecordState, Survivor, Timestamp,
     Transition,
 };
 
@@ -78,11 +78,10 @@ pub enum Step {
     ForgetDown {
         instance: String,
     },
-    /// Have the group replace an instance whose etcd has been down too long.
+    /// Have the group replace an instance (SetInstanceHealth Unhealthy), through its hooks.
     Replace {
         instance: String,
-        member: MemberId,
-        down_secs: i64,
+        why: Replacement,
     },
     /// Maintenance (`crate::maintenance`): compact the history up to `revision`.
     Compact {
@@ -105,8 +104,9 @@ pub enum Step {
     Prune {
         key: String,
     },
-    /// Every member of the cluster that served is gone: start a new generation from `backup`,
-    /// seeded by `seed` (replacing `old`, once).
+    /// The cluster that served is lost for good (every member gone, or a majority gone and the
+    /// survivors' data saved): start a new generation from `backup`, seeded by `seed` (replacing
+    /// `old`, once).
     Restore {
         old: ClusterRecord,
         seed: String,
@@ -115,6 +115,16 @@ pub enum Step {
     },
     Wait(Wait),
     Idle,
+}
+
+/// Why an in-service instance is replaced.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Replacement {
+    /// Its voter's etcd has been down this long.
+    Down { member: MemberId, down_secs: i64 },
+    /// It survived a cluster that was restored into a new generation: its etcd serves the old
+    /// one (config of `token`), and a fresh instance joins the new one in its place.
+    OldGeneration { token: String },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -288,10 +298,13 @@ impl Step {
         match self {
             Self::Promote { member, .. }
             | Self::RemoveMember { member, .. }
-            | Self::Replace { member, .. }
             | Self::Defragment { member, .. }
             | Self::Backup { member, .. } => Some(*member),
             Self::Disarm(a) => Some(a.member),
+            Self::Replace {
+                why: Replacement::Down { member, .. },
+                ..
+            } => Some(*member),
             Self::TransferLeadership { from, .. } => Some(*from),
             Self::Wait(w) => w.member(),
             _ => None,
@@ -338,7 +351,9 @@ pub fn plan(obs: &Observation, settings: &Settings) -> Step {
 /// The next step and every wait found on the way to it.
 pub fn assess(obs: &Observation, settings: &Settings) -> Plan {
     let view = match &obs.cluster {
-        ClusterState::Unreachable { detail } => return without_cluster(obs, settings, detail),
+        ClusterState::Unreachable { detail, survivors } => {
+            return without_cluster(obs, settings, detail, survivors)
+        }
         ClusterState::Known(view) => view,
     };
     let p = Planner {
@@ -476,7 +491,12 @@ fn stepping(step: Step) -> Plan {
     }
 }
 
-fn without_cluster(obs: &Observation, settings: &Settings, detail: &str) -> Plan {
+fn without_cluster(
+    obs: &Observation,
+    settings: &Settings,
+    detail: &str,
+    survivors: &[Survivor],
+) -> Plan {
     let unreachable = || {
         waiting(Wait::ClusterUnreachable {
             detail: detail.to_string(),
@@ -494,16 +514,36 @@ fn without_cluster(obs: &Observation, settings: &Settings, detail: &str) -> Plan
         });
     };
     if record.has_served() {
-        // Never bootstrap over a cluster that served, unless every member is gone for good and
+        // Never bootstrap over a cluster that served, unless it is lost for good (every member
+        // gone, or a majority gone with the survivors' data saved first) and
         // a backup brings its data back.
         let Some(policy) = settings.backup.as_ref() else {
             return unreachable();
         };
         if !crate::backup::every_member_gone(obs) {
-            return unreachable();
+            let Some(survivor) =
+                crate::backup::quorum_lost_for_good(obs, survivors, record.cluster_id)
+            else {
+                return unreachable();
+            };
+            // The survivor's data first, when no backup of this generation is as new.
+            let newer = crate::backup::latest(&obs.backups, &record.token)
+                .is_none_or(|b| b.revision < survivor.status.revision);
+            if newer {
+                return stepping(Step::Backup {
+                    member: survivor.member,
+                    endpoint: survivor.endpoint.clone(),
+                    reason: crate::backup::Reason::Survivor,
+                });
+            }
         }
         let Some(seed) = seed_candidate(obs, None) else {
-            return unreachable();
+            return waiting(Wait::ClusterUnreachable {
+                detail: format!(
+                    "the cluster is lost for good; a launching instance will seed its restore \
+                     ({detail})"
+                ),
+            });
         };
         return match crate::backup::choose(obs, policy) {
             crate::backup::Choice::Restore(backup) => stepping(Step::Restore {
@@ -1046,8 +1086,10 @@ impl<'a> Planner<'a> {
             {
                 out.push(Step::Replace {
                     instance: i.id.clone(),
-                    member: m.id,
-                    down_secs,
+                    why: Replacement::Down {
+                        member: m.id,
+                        down_secs,
+                    },
                 });
             } else {
                 out.push(Step::Wait(Wait::MemberDown {
@@ -1057,8 +1099,33 @@ impl<'a> Planner<'a> {
                 }));
             }
         }
+        out.extend(self.old_generation(change_under_way || !out.is_empty()));
         out.sort_by_key(|s| matches!(s, Step::Wait(_)));
         out
+    }
+
+    /// Instances that survived a restore run the old generation's etcd (their config names an
+    /// earlier token) and never join the new one: each is replaced by a fresh instance, one at a
+    /// time, only while every voter answers and nothing else changes.
+    fn old_generation(&self, busy: bool) -> Option<Step> {
+        let record = self.obs.published.cluster.as_ref()?;
+        let all_voters_answer = self.view.voters().all(|m| self.healthy(m));
+        if busy || !all_voters_answer {
+            return None;
+        }
+        by_age(&self.obs.instances).into_iter().find_map(|i| {
+            let p = self.obs.published.members.get(&i.id)?;
+            let stale = i.state == LifecycleState::InService
+                && i.healthy
+                && self.member_of(i).is_none()
+                && p.config.token != record.token;
+            stale.then(|| Step::Replace {
+                instance: i.id.clone(),
+                why: Replacement::OldGeneration {
+                    token: p.config.token.clone(),
+                },
+            })
+        })
     }
 
     /// A down-mark of a member that answers again (or has no member any more) goes at once, before

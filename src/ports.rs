@@ -88,7 +88,7 @@ pub trait PublishedConfig: Send + Sync {
     /// An operator's request to restore this backup (a key, or `latest`) once every member is
     /// gone (RECOVERY=manual waits for it).
     fn request_restore(&self, key: &str) -> impl Future<Output = Result<(), Error>> + Send;
-    /// Replace `old`, a record that served and whose every member is gone, with `new`, a
+    /// Replace `old`, a record that served and is lost for good, with `new`, a
     /// generation restored from a backup: once per `old`, whoever asks first.
     fn restore_cluster(
         &self,

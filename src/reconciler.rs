@@ -19,7 +19,7 @@ use crate::model::{
     ActionResult, ClusterRecord, ClusterState, ClusterView, MemberId, Observation, Restore,
     Timestamp, Transition,
 };
-use crate::planner::{self, Step, Wait};
+use crate::planner::{self, Replacement, Step, Wait};
 use crate::ports::{
     Backups, Compacted, Completion, Created, Group, Lifecycle, Members, NoBackups, PublishedConfig,
     SnapshotFacts,
@@ -532,12 +532,13 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members, B: Backups> Reconci
                 meter.aws(published.forget_down(instance)).await?;
                 Ok("forgotten")
             }
-            Step::Replace {
-                instance,
-                member,
-                down_secs,
-            } => {
-                warn!(%instance, %member, down_secs, "etcd down too long on an in-service instance: marking it Unhealthy so the group replaces it");
+            Step::Replace { instance, why } => {
+                match why {
+                    Replacement::Down { member, down_secs } => warn!(%instance, %member, down_secs,
+                        "etcd down too long on an in-service instance: marking it Unhealthy so the group replaces it"),
+                    Replacement::OldGeneration { token } => warn!(%instance, old_token = %token,
+                        "this instance survived a restore and serves the old generation: marking it Unhealthy so a fresh instance joins in its place"),
+                }
                 meter.aws(self.group.set_unhealthy(instance)).await?;
                 Ok("marked-unhealthy")
             }
@@ -566,23 +567,40 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members, B: Backups> Reconci
                 reason,
             } => {
                 let store = self.backups.as_ref().ok_or_else(|| no_store(step))?;
-                let view = view.ok_or_else(|| no_store(step))?;
-                let status = view.statuses.get(member).cloned().unwrap_or_default();
+                let (cluster_id, status) = match &obs.cluster {
+                    ClusterState::Known(view) => (
+                        view.cluster_id,
+                        view.statuses.get(member).cloned().unwrap_or_default(),
+                    ),
+                    // The quorum is lost: a survivor answers for itself.
+                    ClusterState::Unreachable { survivors, .. } => survivors
+                        .iter()
+                        .find(|s| s.member == *member)
+                        .map(|s| (s.cluster_id, s.status.clone()))
+                        .ok_or_else(|| Error::EtcdProtocol {
+                            operation: "snapshot",
+                            detail: format!("member {member} no longer answers"),
+                        })?,
+                };
                 let facts = SnapshotFacts {
                     token: obs.published.cluster.as_ref().map_or_else(
                         || self.config.settings.cluster_name.clone(),
                         |r| r.token.clone(),
                     ),
                     revision: status.revision,
-                    cluster_id: view.cluster_id,
+                    cluster_id,
                     member: member.to_string(),
                     etcd_version: status.version,
                     taken_at: obs.now,
                 };
+                let began = std::time::Instant::now();
                 let snapshot = meter.etcd(members.snapshot(endpoint)).await?;
                 let (backup, sha256) = meter.aws(store.store(snapshot, &facts)).await?;
+                let secs = began.elapsed().as_secs_f64();
+                let mib_per_s = backup.size as f64 / 1_048_576.0 / secs.max(0.001);
                 info!(key = %backup.key, size = backup.size, %sha256, revision = backup.revision,
-                    ?reason, "backup stored");
+                    ?reason, elapsed_ms = (secs * 1000.0) as u64, mib_per_s = format!("{mib_per_s:.1}"),
+                    "backup stored");
                 Ok("stored")
             }
             Step::Prune { key } => {
@@ -616,8 +634,8 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members, B: Backups> Reconci
                             old_token = %old.token,
                             new_token = %token,
                             %seed,
-                            "every member is gone: restoring the cluster from its latest backup; \
-                             writes newer than the snapshot (up to its age) are lost"
+                            "the cluster is lost for good: restoring it from a backup; writes \
+                             newer than the snapshot (up to its age at the loss) are lost"
                         );
                         Ok("restoring")
                     }

@@ -29,7 +29,7 @@ async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
 fn known(state: ClusterState) -> ClusterView {
     match state {
         ClusterState::Known(v) => v,
-        ClusterState::Unreachable { detail } => panic!("unreachable: {detail}"),
+        ClusterState::Unreachable { detail, .. } => panic!("unreachable: {detail}"),
     }
 }
 
@@ -209,13 +209,15 @@ async fn membership_calls_against_a_real_cluster() {
     assert_eq!(v.voters().count(), 2);
     let fresh = EtcdMembers::new(Duration::from_millis(500), None).unwrap();
     match fresh.observe(std::slice::from_ref(&dead), None).await {
-        ClusterState::Unreachable { detail } => assert!(detail.contains("127.0.0.1:1"), "{detail}"),
+        ClusterState::Unreachable { detail, .. } => {
+            assert!(detail.contains("127.0.0.1:1"), "{detail}")
+        }
         ClusterState::Known(v) => panic!("{v:?}"),
     }
     // A member of another cluster (by the record's id) is never believed; of this one, it is.
     let endpoints = [n2.client_url.clone()];
     match fresh.observe(&endpoints, Some(v.cluster_id ^ 1)).await {
-        ClusterState::Unreachable { detail } => {
+        ClusterState::Unreachable { detail, .. } => {
             assert!(detail.contains("not the record's"), "{detail}")
         }
         ClusterState::Known(v) => panic!("{v:?}"),

@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 
 use crate::config::TlsFiles;
 use crate::error::{Error, Refusal};
-use crate::model::{Alarm, ClusterState, ClusterView, Member, MemberId, MemberStatus};
+use crate::model::{Alarm, ClusterState, ClusterView, Member, MemberId, MemberStatus, Survivor};
 use crate::ports::{Compacted, Members, NextChunk, Snapshot, SnapshotStream};
 
 /// A health probe is one status call: it gets less time than a membership change.
@@ -493,6 +493,56 @@ impl EtcdMembers {
     }
 }
 
+impl EtcdMembers {
+    /// A voter that answers for itself (the maintenance status and its local member list need no
+    /// quorum), of the expected cluster.
+    async fn survivor(
+        &self,
+        endpoint: &str,
+        cluster: Option<u64>,
+    ) -> Result<Option<Survivor>, Error> {
+        let status: StatusResponse = self
+            .call(
+                "status",
+                endpoint,
+                "/v3/maintenance/status",
+                json!({}),
+                Some(HEALTH_TIMEOUT),
+            )
+            .await?;
+        // Served from the member's own store: no quorum needed.
+        let list: ListResponse = self
+            .call(
+                "member list",
+                endpoint,
+                "/v3/cluster/member/list",
+                json!({"linearizable": false}),
+                Some(HEALTH_TIMEOUT),
+            )
+            .await?;
+        let me = list.header.member_id;
+        let voter = list.members.iter().any(|m| m.id == me && !m.is_learner);
+        if !voter
+            || status.header.member_id != me
+            || cluster.is_some_and(|c| c != list.header.cluster_id)
+        {
+            return Ok(None);
+        }
+        Ok(Some(Survivor {
+            member: MemberId(me),
+            endpoint: endpoint.to_string(),
+            cluster_id: list.header.cluster_id,
+            status: MemberStatus::from(&status),
+            voters: list
+                .members
+                .into_iter()
+                .filter(|m| !m.is_learner)
+                .map(Member::from)
+                .collect(),
+        }))
+    }
+}
+
 impl Members for EtcdMembers {
     async fn observe(&self, endpoints: &[String], cluster: Option<u64>) -> ClusterState {
         let preferred = self.preferred.lock().unwrap().clone();
@@ -510,12 +560,19 @@ impl Members for EtcdMembers {
             }
         }
         *self.preferred.lock().unwrap() = None;
+        let mut survivors = Vec::new();
+        for endpoint in endpoints {
+            if let Ok(Some(s)) = self.survivor(endpoint, cluster).await {
+                survivors.push(s);
+            }
+        }
         ClusterState::Unreachable {
             detail: if failures.is_empty() {
                 "no endpoint to ask".into()
             } else {
                 failures.join("; ")
             },
+            survivors,
         }
     }
 

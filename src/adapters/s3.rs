@@ -172,6 +172,10 @@ impl S3Backups {
                         .set_e_tag(out.e_tag().map(str::to_string))
                         .build(),
                 );
+                // Progress on long uploads: every 64 MiB.
+                if number % 8 == 0 {
+                    tracing::info!(%key, uploaded_mib = size >> 20, "backup upload progress");
+                }
             }
         }
         self.s3

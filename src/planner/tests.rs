@@ -1,7 +1,7 @@
 //! Table tests: each case is one rule of the module doc, stated as given / expect.
 
 use super::*;
-use crate::model::{Published, PublishedState};
+use crate::model::{MemberStatus, Published, PublishedState};
 
 fn settings() -> Settings {
     Settings::for_tests()
@@ -58,19 +58,20 @@ fn i(n: u8) -> String {
 
 struct Given {
     obs: Observation,
+    /// `settings()` unless a test gives its own.
+    settings: Option<Settings>,
 }
 
 fn given(instances: Vec<Instance>) -> Given {
     Given {
         obs: Observation {
             instances,
-            cluster: ClusterState::Unreachable {
-                detail: "connection refused".into(),
-            },
+            cluster: ClusterState::unreachable("connection refused"),
             published: PublishedState::default(),
             backups: vec![],
             now: 1000,
         },
+        settings: None,
     }
 }
 
@@ -144,7 +145,7 @@ impl Given {
         self.published(n, c, 1)
     }
     fn plan(&self) -> Step {
-        plan(&self.obs, &settings())
+        plan(&self.obs, self.settings.as_ref().unwrap_or(&settings()))
     }
 }
 
@@ -796,8 +797,10 @@ fn a_member_down_too_long_is_replaced_once_the_others_keep_quorum() {
         g.plan(),
         Step::Replace {
             instance: i(2),
-            member: id(2),
-            down_secs: 300
+            why: Replacement::Down {
+                member: id(2),
+                down_secs: 300
+            }
         }
     );
     // With another voter down too, removing 2 would leave one answering voter of two: no.
@@ -1122,4 +1125,197 @@ fn a_down_mark_goes_before_any_other_step_once_the_member_answers() {
     .members(vec![voter(1), voter(2), learner(3)])
     .down_since(2, 1);
     assert_eq!(g.plan(), Step::ForgetDown { instance: i(2) });
+}
+
+// Recovery from survivors: a majority's instances left the group for good, the rest answer.
+
+fn with_backups(mut g: Given) -> Given {
+    let mut s = settings();
+    s.backup = Some(crate::config::BackupPolicy {
+        interval_secs: 900,
+        hourly_days: 7,
+        daily_days: 90,
+        recovery: crate::config::Recovery::Auto,
+    });
+    g.settings = Some(s);
+    g
+}
+
+fn survivor(n: u8, revision: i64, voters: &[u8]) -> Survivor {
+    Survivor {
+        member: id(n),
+        endpoint: format!("http://10.0.0.{n}:2379"),
+        cluster_id: 7,
+        status: MemberStatus {
+            revision,
+            ..Default::default()
+        },
+        voters: voters.iter().map(|&v| voter(v)).collect(),
+    }
+}
+
+fn backup_at(revision: i64) -> Backup {
+    Backup {
+        key: format!("p/etcd-i-00000001/{revision}"),
+        token: format!("etcd-{}", i(1)),
+        taken_at: 900,
+        revision,
+        size: 1,
+    }
+}
+
+impl Given {
+    fn survivors(mut self, survivors: Vec<Survivor>) -> Self {
+        self.obs.cluster = ClusterState::Unreachable {
+            detail: "no leader".into(),
+            survivors,
+        };
+        self
+    }
+}
+
+#[test]
+fn a_lost_majority_with_a_newer_survivor_is_snapshotted_then_restored_from_it() {
+    // 1, 2 and 3 were voters; 2 and 3 left the group for good; 1 answers without a leader; a
+    // replacement (4) is launching.
+    let g = || {
+        with_backups(given(vec![inst(1, InService), inst(4, PendingWait)]))
+            .record(1)
+            .some_config(1)
+            .some_config(2)
+            .some_config(3)
+            .survivors(vec![survivor(1, 50, &[1, 2, 3])])
+    };
+    let mut first = g();
+    first.obs.backups = vec![backup_at(40)];
+    assert_eq!(
+        first.plan(),
+        Step::Backup {
+            member: id(1),
+            endpoint: "http://10.0.0.1:2379".into(),
+            reason: crate::backup::Reason::Survivor
+        }
+    );
+    // Once its snapshot is stored (newest, revision 50), the restore seeds from 4.
+    let mut then = g();
+    let saved = Backup {
+        key: "p/etcd-i-00000001/50".into(),
+        taken_at: 1000,
+        ..backup_at(50)
+    };
+    then.obs.backups = vec![backup_at(40), saved.clone()];
+    assert!(
+        matches!(then.plan(), Step::Restore { seed, backup, .. } if seed == i(4) && backup == saved)
+    );
+    // A survivor behind the last backup is not snapshotted: the backup is restored.
+    let mut behind = g();
+    behind.obs.backups = vec![backup_at(60)];
+    assert!(matches!(behind.plan(), Step::Restore { backup, .. } if backup.revision == 60));
+}
+
+#[test]
+fn survivors_never_trigger_a_restore_while_a_lost_voter_might_come_back() {
+    let base = |instances: Vec<Instance>, survivors: Vec<Survivor>| {
+        let mut g = with_backups(given(instances))
+            .record(1)
+            .some_config(1)
+            .some_config(2)
+            .some_config(3)
+            .survivors(survivors);
+        g.obs.backups = vec![backup_at(10)];
+        g
+    };
+    let unreachable = |g: Given| matches!(g.plan(), Step::Wait(Wait::ClusterUnreachable { .. }));
+    // A partition: 2 and 3 are still in the group (whatever etcd says).
+    assert!(unreachable(base(
+        vec![inst(1, InService), inst(2, InService), inst(3, InService)],
+        vec![survivor(1, 50, &[1, 2, 3])]
+    )));
+    // Terminating but still in the group: not gone yet.
+    assert!(unreachable(base(
+        vec![
+            inst(1, InService),
+            inst(2, TerminatingWait),
+            inst(4, PendingWait)
+        ],
+        vec![survivor(1, 50, &[1, 2, 3])]
+    )));
+    // Only a minority lost (3 of 5 remain, one of them silent): the quorum may come back.
+    assert!(unreachable(base(
+        vec![inst(1, InService), inst(2, InService), inst(3, InService)],
+        vec![
+            survivor(1, 50, &[1, 2, 3, 4, 5]),
+            survivor(2, 50, &[1, 2, 3, 4, 5])
+        ]
+    )));
+    // A majority lost, but a remaining voter does not answer: it may hold newer data.
+    assert!(unreachable(base(
+        vec![inst(1, InService), inst(2, InService), inst(6, PendingWait)],
+        vec![survivor(1, 50, &[1, 2, 3, 4, 5])]
+    )));
+    // A survivor of another cluster says nothing of ours.
+    let mut foreign = survivor(1, 50, &[1, 2, 3]);
+    foreign.cluster_id = 8;
+    assert!(unreachable(base(
+        vec![inst(1, InService), inst(4, PendingWait)],
+        vec![foreign]
+    )));
+    // Backups off: nothing to restore into, so nothing changes.
+    let mut off = base(
+        vec![inst(1, InService), inst(4, PendingWait)],
+        vec![survivor(1, 50, &[1, 2, 3])],
+    );
+    off.settings = None;
+    assert!(unreachable(off));
+    // Both remaining voters of five answer, three are gone: the freshest (2) is snapshotted.
+    let g = base(
+        vec![inst(1, InService), inst(2, InService), inst(6, PendingWait)],
+        vec![
+            survivor(1, 40, &[1, 2, 3, 4, 5]),
+            survivor(2, 50, &[1, 2, 3, 4, 5]),
+        ],
+    );
+    assert!(matches!(g.plan(), Step::Backup { member, .. } if member == id(2)));
+}
+
+#[test]
+fn survivors_of_an_old_generation_are_replaced_one_at_a_time_once_the_new_one_serves() {
+    // The restored generation (token etcd-i-00000004) serves on 4 and 5; 1 survived the old one.
+    let g = || {
+        let mut g = given(vec![
+            inst(1, InService),
+            inst(4, InService),
+            inst(5, InService),
+        ])
+        .members(vec![voter(4), voter(5)])
+        .record(4)
+        .some_config(4)
+        .some_config(5)
+        .some_config(1);
+        let old = g.obs.published.members.get_mut(&i(1)).unwrap();
+        old.config.token = "etcd-i-00000001".into();
+        g
+    };
+    assert_eq!(
+        g().plan(),
+        Step::Replace {
+            instance: i(1),
+            why: Replacement::OldGeneration {
+                token: "etcd-i-00000001".into()
+            }
+        }
+    );
+    // Not while a voter of the new generation is down, nor while another change is under way.
+    assert!(!matches!(g().unhealthy(5).plan(), Step::Replace { .. }));
+    let mut busy = g();
+    busy.obs.instances.push(Instance {
+        healthy: false,
+        ..inst(6, InService)
+    });
+    assert!(!matches!(busy.plan(), Step::Replace { .. }));
+    // An instance of the current generation without a member is no survivor.
+    let mut current = g();
+    let c = current.obs.published.members.get_mut(&i(1)).unwrap();
+    c.config.token = "etcd-i-00000004".into();
+    assert!(!matches!(current.plan(), Step::Replace { .. }));
 }
