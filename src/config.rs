@@ -31,6 +31,10 @@ pub struct Topology {
     /// etcd's periodic auto-compaction retention (`1h`, `30m`, or whole hours).
     pub auto_compaction_retention: String,
     pub quota_backend_bytes: u64,
+    /// TLS=managed: members demand client certificates of clients and peers.
+    pub mutual_tls: bool,
+    /// TLS=managed: members also serve `/health` and `/metrics` in plain HTTP on this port.
+    pub metrics_port: Option<u16>,
 }
 
 impl Topology {
@@ -71,6 +75,10 @@ impl Topology {
             auto_compaction_retention: self.auto_compaction_retention.clone(),
             quota_backend_bytes: self.quota_backend_bytes,
             restore: None,
+            client_cert_auth: self.mutual_tls,
+            metrics_url: self
+                .metrics_port
+                .map(|p| format!("http://{}:{p}", host(address))),
         }
     }
 }
@@ -134,6 +142,8 @@ impl Settings {
                 client_port: 2379,
                 auto_compaction_retention: "1h".into(),
                 quota_backend_bytes: 2 << 30,
+                mutual_tls: false,
+                metrics_port: None,
             },
             cluster_name: "etcd".into(),
             learner_start_timeout_secs: 600,
@@ -172,6 +182,14 @@ pub struct BackupStore {
     pub prefix: String,
 }
 
+/// TLS=managed: how member certificates are issued and their keys kept.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Pki {
+    pub member_cert_days: i64,
+    /// The KMS key of the SecureStrings (CA, member keys); unset: the account's `aws/ssm` key.
+    pub kms_key_id: Option<String>,
+}
+
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Config {
     pub group_name: String,
@@ -180,6 +198,8 @@ pub struct Config {
     pub parameter_prefix: String,
     pub address_source: AddressSource,
     pub tls: Option<TlsFiles>,
+    /// TLS=managed: the function keeps the cluster's CA and issues every certificate.
+    pub pki: Option<Pki>,
     pub settings: Settings,
     /// Timeout of one etcd HTTP request.
     pub etcd_timeout: Duration,
@@ -208,6 +228,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("ETCD_PEER_PORT", "2380"),
     ("ETCD_CLIENT_SCHEME", "http"),
     ("ETCD_CLIENT_PORT", "2379"),
+    ("TLS", "off"),
+    ("MEMBER_CERT_DAYS", "90"),
+    ("PKI_KMS_KEY_ID", "unset (aws/ssm)"),
+    ("ETCD_METRICS_PORT", "2381"),
     ("ETCD_CA_FILE", "unset"),
     ("ETCD_CERT_FILE", "unset"),
     ("ETCD_KEY_FILE", "unset"),
@@ -350,11 +374,46 @@ impl Config {
                 },
             }),
         };
+        let pki = match get("TLS").as_deref() {
+            None | Some("off") => None,
+            Some("managed") => {
+                if tls.is_some() {
+                    return Err(bad(
+                        "TLS",
+                        "managed",
+                        "issues the function's own certificate: leave ETCD_CA_FILE, \
+                         ETCD_CERT_FILE and ETCD_KEY_FILE unset",
+                    ));
+                }
+                for var in ["ETCD_PEER_SCHEME", "ETCD_CLIENT_SCHEME"] {
+                    if let Some(v) = get(var).filter(|v| v != "https") {
+                        return Err(bad(var, &v, "must be https (or unset) with TLS=managed"));
+                    }
+                }
+                Some(Pki {
+                    member_cert_days: number(&get, "MEMBER_CERT_DAYS", 90, 1, 3650)? as i64,
+                    kms_key_id: get("PKI_KMS_KEY_ID"),
+                })
+            }
+            Some(v) => return Err(bad("TLS", v, "must be 'managed' or 'off'")),
+        };
+        let (peer_scheme, client_scheme) = match pki {
+            Some(_) => (Scheme::Https, Scheme::Https),
+            None => (
+                scheme(&get, "ETCD_PEER_SCHEME")?,
+                scheme(&get, "ETCD_CLIENT_SCHEME")?,
+            ),
+        };
         let topology = Topology {
-            peer_scheme: scheme(&get, "ETCD_PEER_SCHEME")?,
+            peer_scheme,
             peer_port: number(&get, "ETCD_PEER_PORT", 2380, 1, 65535)? as u16,
-            client_scheme: scheme(&get, "ETCD_CLIENT_SCHEME")?,
+            client_scheme,
             client_port: number(&get, "ETCD_CLIENT_PORT", 2379, 1, 65535)? as u16,
+            mutual_tls: pki.is_some(),
+            metrics_port: match pki {
+                Some(_) => Some(number(&get, "ETCD_METRICS_PORT", 2381, 1, 65535)? as u16),
+                None => None,
+            },
             auto_compaction_retention: retention(&get)?,
             quota_backend_bytes: number(
                 &get,
@@ -371,6 +430,7 @@ impl Config {
             parameter_prefix,
             address_source,
             tls,
+            pki,
             settings: Settings {
                 topology,
                 cluster_name,

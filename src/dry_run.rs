@@ -9,9 +9,10 @@ use crate::model::{
     ActionResult, Alarm, Backup, BackupRef, ClusterRecord, ClusterState, Instance, MemberConfig,
     MemberId, PublishedState, Timestamp, Transition,
 };
+use crate::pki::{Ca, KeyPem};
 use crate::ports::{
-    Backups, Compacted, Completion, Created, Group, Lifecycle, Members, PublishedConfig, Snapshot,
-    SnapshotFacts,
+    Backups, Compacted, Completion, Created, Group, Lifecycle, Members, PublishedConfig, Secrets,
+    Snapshot, SnapshotFacts,
 };
 use crate::reconciler::Reconciler;
 
@@ -54,6 +55,7 @@ pub fn wrap<G, L, P, M, B>(r: Reconciler<G, L, P, M, B>) -> (Dry<G, L, P, M, B>,
                 refused: refused.clone(),
             },
             members: wrap(r.members),
+            ca: r.ca,
             backups: r.backups.map(|inner| DryRun {
                 inner,
                 refused: refused.clone(),
@@ -174,6 +176,27 @@ impl<P: PublishedConfig> PublishedConfig for DryRun<P> {
     }
 }
 
+impl<P: Secrets> Secrets for DryRun<P> {
+    async fn load_ca(&self) -> Result<Option<Ca>, Error> {
+        self.inner.load_ca().await
+    }
+
+    async fn create_ca(&self, _ca: &Ca) -> Result<Created, Error> {
+        self.refuse("create the cluster's CA".into());
+        Ok(Created::Created)
+    }
+
+    async fn hand_out(&self, instance: &str, _bundle: &KeyPem) -> Result<Created, Error> {
+        self.refuse(format!("hand {instance} its certificate and key"));
+        Ok(Created::Created)
+    }
+
+    async fn take_back(&self, instance: &str) -> Result<(), Error> {
+        self.refuse(format!("delete {instance}'s certificate and key"));
+        Ok(())
+    }
+}
+
 impl<B: Backups> Backups for DryRun<B> {
     async fn list(&self) -> Result<Vec<Backup>, Error> {
         self.inner.list().await
@@ -287,6 +310,7 @@ mod tests {
             published: world.clone(),
             members: world.clone(),
             backups: None::<Fake>,
+            ca: None,
             config,
             clock: Arc::new(move || clock_world.world().now),
         };

@@ -92,6 +92,9 @@ pub enum Error {
         refusal: Refusal,
         message: String,
     },
+    /// Issuing or reading certificates. Never carries key material.
+    #[error("certificates: {what} failed: {detail}")]
+    Pki { what: &'static str, detail: String },
     #[error("etcd {operation} answered in a form we cannot read: {detail}")]
     EtcdProtocol {
         operation: &'static str,
@@ -103,7 +106,10 @@ impl Error {
     /// Whether a later invocation may succeed where this one failed.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Config { .. } | Self::GroupNotFound(_) | Self::BadParameter { .. } => false,
+            Self::Config { .. }
+            | Self::GroupNotFound(_)
+            | Self::BadParameter { .. }
+            | Self::Pki { .. } => false,
             Self::EtcdRefused { refusal, .. } => !matches!(refusal, Refusal::InvalidPeerUrls),
             Self::Aws { .. } | Self::EtcdUnavailable { .. } | Self::EtcdProtocol { .. } => true,
         }
@@ -128,6 +134,7 @@ impl Error {
                 return format!("{}.EtcdRefused.{refusal:?}", self.class())
             }
             Self::EtcdProtocol { .. } => "EtcdProtocol",
+            Self::Pki { .. } => "Pki",
         };
         format!("{}.{what}", self.class())
     }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Refusal};
 use crate::model::*;
+use crate::pki::{Ca, KeyPem};
 use crate::ports::*;
 
 #[derive(Default)]
@@ -40,6 +41,9 @@ pub struct World {
     pub live_bytes: u64,
     pub alarms: Vec<Alarm>,
     pub compacted: i64,
+    /// The CA and each instance's TLS bundle (Secrets).
+    pub ca: Option<crate::pki::Ca>,
+    pub tls: BTreeMap<String, crate::pki::KeyPem>,
     /// The keyspace, as one string: what a snapshot streams and a restore brings back.
     pub data: String,
     pub restore_request: Option<String>,
@@ -302,6 +306,39 @@ impl Lifecycle for Fake {
             .hooks
             .clone()
             .unwrap_or_else(|| vec!["etcd-launch".into(), "etcd-terminate".into()]))
+    }
+}
+
+impl Secrets for Fake {
+    async fn load_ca(&self) -> Result<Option<Ca>, Error> {
+        Ok(self.world().ca.clone())
+    }
+
+    async fn create_ca(&self, ca: &Ca) -> Result<Created, Error> {
+        let mut w = self.world();
+        w.calls.push("create-ca".into());
+        if w.ca.is_some() {
+            return Ok(Created::AlreadyExists);
+        }
+        w.ca = Some(ca.clone());
+        Ok(Created::Created)
+    }
+
+    async fn hand_out(&self, instance: &str, bundle: &KeyPem) -> Result<Created, Error> {
+        let mut w = self.world();
+        w.calls.push(format!("hand-out {instance}"));
+        if w.tls.contains_key(instance) {
+            return Ok(Created::AlreadyExists);
+        }
+        w.tls.insert(instance.to_string(), bundle.clone());
+        Ok(Created::Created)
+    }
+
+    async fn take_back(&self, instance: &str) -> Result<(), Error> {
+        let mut w = self.world();
+        w.calls.push(format!("take-back {instance}"));
+        w.tls.remove(instance);
+        Ok(())
     }
 }
 

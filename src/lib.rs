@@ -13,6 +13,7 @@ pub mod event;
 pub mod maintenance;
 pub mod metrics;
 pub mod model;
+pub mod pki;
 pub mod planner;
 pub mod ports;
 pub mod reconciler;

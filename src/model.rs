@@ -345,6 +345,11 @@ pub struct MemberConfig {
     pub quota_backend_bytes: u64,
     /// For the seed of a restored generation: the snapshot its boot script restores first.
     pub restore: Option<BackupRef>,
+    /// Mutual TLS (TLS=managed): clients and peers must present a certificate of the cluster's
+    /// CA. The boot script adds the files' paths (`<prefix>/tls/<instance>`, written 0600).
+    pub client_cert_auth: bool,
+    /// A plain-HTTP listener for `/health` and `/metrics` only (load balancer health checks).
+    pub metrics_url: Option<String>,
 }
 
 impl MemberConfig {
@@ -369,16 +374,25 @@ impl MemberConfig {
             self.client_url,
             self.auto_compaction_retention,
             self.quota_backend_bytes
-        ) + &self
-            .restore
+        ) + if self.client_cert_auth {
+            "ETCD_CLIENT_CERT_AUTH=true\nETCD_PEER_CLIENT_CERT_AUTH=true\n"
+        } else {
+            ""
+        } + &self
+            .metrics_url
             .as_ref()
-            .map(|r| {
-                format!(
-                    "ETCD_ASG_RESTORE_URL={}\nETCD_ASG_RESTORE_SHA256={}\n",
-                    r.url, r.sha256
-                )
-            })
+            .map(|u| format!("ETCD_LISTEN_METRICS_URLS={u}\n"))
             .unwrap_or_default()
+            + &self
+                .restore
+                .as_ref()
+                .map(|r| {
+                    format!(
+                        "ETCD_ASG_RESTORE_URL={}\nETCD_ASG_RESTORE_SHA256={}\n",
+                        r.url, r.sha256
+                    )
+                })
+                .unwrap_or_default()
     }
 
     pub fn parse_env(text: &str) -> Result<Self, String> {
@@ -440,6 +454,8 @@ impl MemberConfig {
                 }),
                 _ => None,
             },
+            client_cert_auth: vars.get("ETCD_CLIENT_CERT_AUTH") == Some(&"true"),
+            metrics_url: vars.get("ETCD_LISTEN_METRICS_URLS").map(|u| u.to_string()),
         })
     }
 }
@@ -529,6 +545,8 @@ mod tests {
             auto_compaction_retention: "1h".into(),
             quota_backend_bytes: 2 << 30,
             restore: None,
+            client_cert_auth: false,
+            metrics_url: None,
         };
         let env = cfg.to_env();
         assert!(env.contains("ETCD_AUTO_COMPACTION_MODE=periodic\n"));
@@ -538,6 +556,17 @@ mod tests {
         ));
         assert!(env.contains("ETCD_INITIAL_CLUSTER_STATE=existing\n"));
         assert_eq!(MemberConfig::parse_env(&env).unwrap(), cfg);
+        assert!(!env.contains("CERT") && !env.contains("METRICS"), "{env}");
+        // With TLS managed: certificates demanded of clients and peers, a plain metrics listener.
+        let tls = MemberConfig {
+            client_cert_auth: true,
+            metrics_url: Some("http://10.0.0.2:2381".into()),
+            ..cfg
+        };
+        let env = tls.to_env();
+        assert!(env.contains("ETCD_CLIENT_CERT_AUTH=true\nETCD_PEER_CLIENT_CERT_AUTH=true\n"));
+        assert!(env.contains("ETCD_LISTEN_METRICS_URLS=http://10.0.0.2:2381\n"));
+        assert_eq!(MemberConfig::parse_env(&env).unwrap(), tls);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::model::{
     ActionResult, Alarm, Backup, BackupRef, ClusterRecord, ClusterState, Instance, MemberConfig,
     MemberId, PublishedState, Timestamp, Transition,
 };
+use crate::pki::{Ca, KeyPem};
 
 /// The group's instances with their lifecycle states and addresses.
 pub trait Group: Send + Sync {
@@ -102,6 +103,23 @@ pub trait PublishedConfig: Send + Sync {
     ) -> impl Future<Output = Result<(), Error>> + Send;
     /// Deleting what is already gone succeeds.
     fn unpublish(&self, instance: &str) -> impl Future<Output = Result<(), Error>> + Send;
+}
+
+/// The cluster's key material, kept encrypted (SSM SecureStrings): the CA, which only the
+/// function reads, and each member's bundle (CA certificate, its certificate and key), which only
+/// that instance reads.
+pub trait Secrets: Send + Sync {
+    fn load_ca(&self) -> impl Future<Output = Result<Option<Ca>, Error>> + Send;
+    /// Create-only: `AlreadyExists` when another invocation created the CA first.
+    fn create_ca(&self, ca: &Ca) -> impl Future<Output = Result<Created, Error>> + Send;
+    /// Create-only: a member keeps the material it was first given.
+    fn hand_out(
+        &self,
+        instance: &str,
+        bundle: &KeyPem,
+    ) -> impl Future<Output = Result<Created, Error>> + Send;
+    /// Deleting what is already gone succeeds.
+    fn take_back(&self, instance: &str) -> impl Future<Output = Result<(), Error>> + Send;
 }
 
 /// The etcd members API.

@@ -22,7 +22,7 @@ use crate::model::{
 use crate::planner::{self, Replacement, Step, Wait};
 use crate::ports::{
     Backups, Compacted, Completion, Created, Group, Lifecycle, Members, NoBackups, PublishedConfig,
-    SnapshotFacts,
+    Secrets, SnapshotFacts,
 };
 
 /// Steps one invocation applies at most: a bound on a plan that would not converge.
@@ -149,11 +149,16 @@ pub struct Reconciler<G, L, P, M, B = NoBackups> {
     pub members: M,
     /// The backup store; None when backups are off.
     pub backups: Option<B>,
+    /// The cluster's CA (TLS=managed), read or created at cold start; it signs member
+    /// certificates as members join.
+    pub ca: Option<crate::pki::Ca>,
     pub config: Config,
     pub clock: Clock,
 }
 
-impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members, B: Backups> Reconciler<G, L, P, M, B> {
+impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backups>
+    Reconciler<G, L, P, M, B>
+{
     pub async fn handle(&self, payload: &Value, deadline: Instant) -> Result<Response, Error> {
         let expected = Expected {
             group: &self.config.group_name,
@@ -647,6 +652,29 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members, B: Backups> Reconci
                 Ok("disarmed")
             }
             Step::Publish { instance, config } => {
+                // Its certificate first: the boot script fetches it once the config is there.
+                if let Some(pki) = &self.config.pki {
+                    let ca = self.ca.as_ref().ok_or_else(|| Error::Pki {
+                        what: "issuing a member certificate",
+                        detail: "TLS=managed but no CA was loaded at cold start".into(),
+                    })?;
+                    let address = obs
+                        .instance(instance)
+                        .and_then(|i| i.address.as_deref())
+                        .ok_or_else(|| Error::Pki {
+                            what: "issuing a member certificate",
+                            detail: format!("{instance} has no address"),
+                        })?;
+                    let issued =
+                        ca.issue_member(instance, address, None, pki.member_cert_days, obs.now)?;
+                    if meter
+                        .aws(published.hand_out(instance, &issued.bundle(ca)))
+                        .await?
+                        == Created::Created
+                    {
+                        info!(%instance, not_after = issued.not_after, "member certificate issued");
+                    }
+                }
                 meter.aws(published.publish(instance, config)).await?;
                 Ok("published")
             }
@@ -680,6 +708,9 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig, M: Members, B: Backups> Reconci
             }
             Step::Unpublish { instance } => {
                 meter.aws(published.unpublish(instance)).await?;
+                if self.config.pki.is_some() {
+                    meter.aws(published.take_back(instance)).await?;
+                }
                 Ok("unpublished")
             }
             Step::Complete {

@@ -301,6 +301,7 @@ async fn published_config_round_trips_through_ssm() {
         ssm: ssm.clone(),
         prefix: "/etcd-asg-lifecycle/test".into(),
         instance_arn_prefix: "arn:aws:ec2:us-east-1:123456789012:instance/".into(),
+        kms_key_id: None,
     };
     assert_eq!(store.load().await.unwrap(), Default::default());
 
@@ -330,6 +331,8 @@ async fn published_config_round_trips_through_ssm() {
         auto_compaction_retention: "1h".into(),
         quota_backend_bytes: 2 << 30,
         restore: None,
+        client_cert_auth: false,
+        metrics_url: None,
     };
     store.publish("i-00000001", &config).await.unwrap();
     store.publish("i-00000001", &config).await.unwrap(); // overwrite is fine
@@ -453,4 +456,97 @@ async fn published_config_round_trips_through_ssm() {
         matches!(e, Error::BadParameter { .. }) && !e.is_retryable(),
         "{e:?}"
     );
+}
+
+#[tokio::test]
+async fn the_ca_and_member_keys_are_kept_as_secure_strings_created_once() {
+    use etcd_asg_lifecycle::ports::Secrets;
+    let dir = tempfile::tempdir().unwrap();
+    let moto = support::Moto::start(dir.path());
+    let sdk = sdk_at(&moto.endpoint).await;
+    let ssm = aws_sdk_ssm::Client::new(&sdk);
+    let store = SsmParameters {
+        ssm: ssm.clone(),
+        prefix: "/etcd-asg-lifecycle/pki".into(),
+        instance_arn_prefix: "arn:aws:ec2:us-east-1:123456789012:instance/".into(),
+        kms_key_id: None,
+    };
+    let now = 1_800_000_000;
+    // The first cold start creates the CA; every later one (and a racing one) reads that one.
+    let ca = etcd_asg_lifecycle::adapters::cluster_ca(&store, "pki", now)
+        .await
+        .unwrap();
+    let again = etcd_asg_lifecycle::adapters::cluster_ca(&store, "pki", now + 5)
+        .await
+        .unwrap();
+    assert_eq!(ca, again);
+    let rival = etcd_asg_lifecycle::pki::Ca::generate("pki", now).unwrap();
+    assert_eq!(
+        store.create_ca(&rival).await.unwrap(),
+        Created::AlreadyExists
+    );
+    assert_eq!(store.load_ca().await.unwrap(), Some(ca.clone()));
+    let kind = |name: String| {
+        let ssm = ssm.clone();
+        async move {
+            let p = ssm.get_parameter().name(name).send().await.unwrap();
+            let p = p.parameter().unwrap().clone();
+            (p.r#type().unwrap().clone(), p.value().unwrap().to_string())
+        }
+    };
+    // (moto's SecureString is not really encrypted: the type is what we can check here.)
+    let (t, _) = kind(store.ca_name()).await;
+    assert_eq!(t, aws_sdk_ssm::types::ParameterType::SecureString);
+
+    // A member's bundle: SecureString, tagged for its instance, created once, deleted on removal.
+    let issued = ca
+        .issue_member("i-00000001", "127.0.0.2", None, 90, now)
+        .unwrap();
+    let bundle = issued.bundle(&ca);
+    assert_eq!(
+        store.hand_out("i-00000001", &bundle).await.unwrap(),
+        Created::Created
+    );
+    let other = ca
+        .issue_member("i-00000001", "127.0.0.2", None, 90, now)
+        .unwrap();
+    assert_eq!(
+        store
+            .hand_out("i-00000001", &other.bundle(&ca))
+            .await
+            .unwrap(),
+        Created::AlreadyExists
+    );
+    let (t, _) = kind(store.tls_name("i-00000001")).await;
+    assert_eq!(t, aws_sdk_ssm::types::ParameterType::SecureString);
+    let decrypted = ssm
+        .get_parameter()
+        .name(store.tls_name("i-00000001"))
+        .with_decryption(true)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        decrypted.parameter().unwrap().value().unwrap(),
+        bundle.expose()
+    );
+    let tags = ssm
+        .list_tags_for_resource()
+        .resource_type(aws_sdk_ssm::types::ResourceTypeForTagging::Parameter)
+        .resource_id(store.tls_name("i-00000001"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tags.tag_list()[0].key(), INSTANCE_ARN_TAG);
+    assert!(tags.tag_list()[0].value().ends_with("instance/i-00000001"));
+    // The published state ignores key material (and never decrypts it).
+    assert!(store.load().await.unwrap().members.is_empty());
+    store.take_back("i-00000001").await.unwrap();
+    store.take_back("i-00000001").await.unwrap();
+    assert!(ssm
+        .get_parameter()
+        .name(store.tls_name("i-00000001"))
+        .send()
+        .await
+        .is_err());
 }

@@ -268,6 +268,7 @@ fn certificates(dir: &std::path::Path) {
 
 #[tokio::test]
 async fn client_certificates_when_etcd_requires_them() {
+    use etcd_asg_lifecycle::adapters::etcd::ClientTls;
     use etcd_asg_lifecycle::config::TlsFiles;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -307,7 +308,11 @@ async fn client_certificates_when_etcd_requires_them() {
         cert: path("client.pem"),
         key: path("client.key"),
     };
-    let with_cert = EtcdMembers::new(Duration::from_secs(3), Some(&tls)).unwrap();
+    let with_cert = EtcdMembers::new(
+        Duration::from_secs(3),
+        Some(&ClientTls::from_files(&tls).unwrap()),
+    )
+    .unwrap();
     let endpoints = [client.clone()];
     let v = eventually("etcd over TLS", 30, || async {
         match with_cert.observe(&endpoints, None).await {
@@ -335,9 +340,7 @@ async fn client_certificates_when_etcd_requires_them() {
         ca: path("nope.pem"),
         ..tls
     };
-    let e = EtcdMembers::new(Duration::from_secs(3), Some(&missing))
-        .err()
-        .unwrap();
+    let e = ClientTls::from_files(&missing).err().unwrap();
     let text = e.to_string();
     assert!(
         text.contains("ETCD_CA_FILE") && text.contains("nope.pem"),

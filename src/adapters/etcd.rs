@@ -189,34 +189,57 @@ async fn call<T: DeserializeOwned>(
     })
 }
 
+/// What the function presents to etcd and trusts: PEM bytes, from files (ETCD_*_FILE) or from
+/// the certificate it issued itself (TLS=managed).
+pub struct ClientTls {
+    pub ca_pem: Vec<u8>,
+    /// Certificate then key.
+    pub identity_pem: crate::pki::KeyPem,
+}
+
+impl ClientTls {
+    pub fn from_files(tls: &TlsFiles) -> Result<Self, Error> {
+        let read = |var: &str, path: &str| {
+            std::fs::read(path).map_err(|e| Error::Config {
+                var: var.into(),
+                value: path.into(),
+                reason: format!("cannot be read: {e}"),
+            })
+        };
+        let text = |var: &str, path: &str| {
+            String::from_utf8(read(var, path)?).map_err(|_| Error::Config {
+                var: var.into(),
+                value: path.into(),
+                reason: "is not PEM text".into(),
+            })
+        };
+        Ok(Self {
+            ca_pem: read("ETCD_CA_FILE", &tls.ca)?,
+            identity_pem: crate::pki::KeyPem::from(
+                text("ETCD_CERT_FILE", &tls.cert)? + &text("ETCD_KEY_FILE", &tls.key)?,
+            ),
+        })
+    }
+}
+
 impl EtcdMembers {
-    pub fn new(timeout: Duration, tls: Option<&TlsFiles>) -> Result<Self, Error> {
+    pub fn new(timeout: Duration, tls: Option<&ClientTls>) -> Result<Self, Error> {
         let mut builder = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(2)));
         if let Some(tls) = tls {
-            let read = |var: &str, path: &str| {
-                std::fs::read(path).map_err(|e| Error::Config {
-                    var: var.into(),
-                    value: path.into(),
-                    reason: format!("cannot be read: {e}"),
-                })
-            };
-            let ca =
-                reqwest::Certificate::from_pem(&read("ETCD_CA_FILE", &tls.ca)?).map_err(|e| {
-                    Error::Config {
-                        var: "ETCD_CA_FILE".into(),
-                        value: tls.ca.clone(),
-                        reason: format!("is not a PEM certificate: {e}"),
-                    }
-                })?;
-            let mut pem = read("ETCD_CERT_FILE", &tls.cert)?;
-            pem.extend(read("ETCD_KEY_FILE", &tls.key)?);
-            let identity = reqwest::Identity::from_pem(&pem).map_err(|e| Error::Config {
-                var: "ETCD_CERT_FILE".into(),
-                value: tls.cert.clone(),
-                reason: format!("with ETCD_KEY_FILE is not a PEM client identity: {e}"),
+            let ca = reqwest::Certificate::from_pem(&tls.ca_pem).map_err(|e| Error::Config {
+                var: "ETCD_CA_FILE".into(),
+                value: String::new(),
+                reason: format!("is not a PEM certificate: {e}"),
             })?;
+            // The error says what is wrong, never the key.
+            let identity = reqwest::Identity::from_pem(tls.identity_pem.expose().as_bytes())
+                .map_err(|e| Error::Config {
+                    var: "ETCD_CERT_FILE".into(),
+                    value: String::new(),
+                    reason: format!("with its key is not a PEM client identity: {e}"),
+                })?;
             builder = builder.add_root_certificate(ca).identity(identity);
         }
         let client = builder.build().map_err(|e| Error::Config {

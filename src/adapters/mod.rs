@@ -7,6 +7,9 @@ pub mod ssm;
 
 use crate::config::Config;
 use crate::error::{BoxError, Error};
+use crate::model::Timestamp;
+use crate::pki::Ca;
+use crate::ports::Created;
 use crate::reconciler::{system_clock, Reconciler};
 
 /// The reconciler with its real adapters, as the function and the CLI use it.
@@ -38,6 +41,22 @@ pub async fn connect(config: Config, aws: &aws_config::SdkConfig) -> Result<Live
         address: config.address_source.clone(),
     };
     let instance_arn_prefix = group.instance_arn_prefix().await?;
+    let published = ssm::SsmParameters {
+        ssm: aws_sdk_ssm::Client::new(aws),
+        prefix: config.parameter_prefix.clone(),
+        instance_arn_prefix: instance_arn_prefix.clone(),
+        kms_key_id: config.pki.as_ref().and_then(|p| p.kms_key_id.clone()),
+    };
+    let clock = system_clock();
+    let (ca, client_tls) = match (&config.pki, &config.tls) {
+        (Some(_), _) => {
+            let ca = cluster_ca(&published, &config.settings.cluster_name, clock()).await?;
+            let identity = own_identity(&ca, clock())?;
+            (Some(ca), Some(identity))
+        }
+        (None, Some(files)) => (None, Some(etcd::ClientTls::from_files(files)?)),
+        (None, None) => (None, None),
+    };
     Ok(Reconciler {
         group,
         lifecycle: autoscaling::LifecycleHooks {
@@ -52,14 +71,57 @@ pub async fn connect(config: Config, aws: &aws_config::SdkConfig) -> Result<Live
             prefix: store.prefix.clone(),
             instance_arn_prefix: instance_arn_prefix.clone(),
         }),
-        published: ssm::SsmParameters {
-            ssm: aws_sdk_ssm::Client::new(aws),
-            prefix: config.parameter_prefix.clone(),
-            instance_arn_prefix,
-        },
-        members: etcd::EtcdMembers::new(config.etcd_timeout, config.tls.as_ref())?,
+        published,
+        members: etcd::EtcdMembers::new(config.etcd_timeout, client_tls.as_ref())?,
+        ca,
         config,
-        clock: system_clock(),
+        clock,
+    })
+}
+
+/// TLS=managed: the cluster's CA, created (create-only) if there is none yet, and a short-lived
+/// certificate the function issues itself with it. The CA's remaining life is logged each time.
+pub async fn cluster_ca(
+    secrets: &impl crate::ports::Secrets,
+    cluster: &str,
+    now: Timestamp,
+) -> Result<Ca, Error> {
+    let ca = match secrets.load_ca().await? {
+        Some(ca) => ca,
+        None => {
+            let fresh = Ca::generate(cluster, now)?;
+            match secrets.create_ca(&fresh).await? {
+                Created::Created => {
+                    tracing::warn!(not_after = fresh.not_after, "created the cluster's CA");
+                    fresh
+                }
+                // Another invocation created one first: use that.
+                Created::AlreadyExists => secrets.load_ca().await?.ok_or(Error::Pki {
+                    what: "reading the CA",
+                    detail: "it exists and then does not: deleted by hand?".into(),
+                })?,
+            }
+        }
+    };
+    let days_left = (ca.not_after - now) / 86_400;
+    if days_left < 365 {
+        tracing::error!(
+            days_left,
+            not_after = ca.not_after,
+            "the cluster's CA ends within a year: plan its replacement (README, TLS)"
+        );
+    } else {
+        tracing::info!(days_left, not_after = ca.not_after, "cluster CA");
+    }
+    Ok(ca)
+}
+
+/// The function's own client identity for etcd, from its CA: the `root` user, valid a day.
+pub fn own_identity(ca: &Ca, now: Timestamp) -> Result<etcd::ClientTls, Error> {
+    let issued = ca.issue_client(crate::pki::ROOT_USER, crate::pki::FUNCTION_CERT_SECS, now)?;
+    Ok(etcd::ClientTls {
+        ca_pem: ca.cert_pem.clone().into_bytes(),
+        identity_pem: format!("{}{}", issued.cert_pem, issued.key_pem.expose()).into(),
     })
 }
 

@@ -10,6 +10,7 @@ use super::aws;
 use crate::error::Error;
 use crate::event::shown;
 use crate::model::{ClusterRecord, MemberConfig, Published, PublishedState, Timestamp};
+use crate::pki::{Ca, KeyPem};
 use crate::ports::{self, Created};
 
 /// The tag on each member parameter that the instance policy compares with the requesting
@@ -24,6 +25,8 @@ pub struct SsmParameters {
     pub prefix: String,
     /// `arn:<partition>:ec2:<region>:<account>:instance/`
     pub instance_arn_prefix: String,
+    /// The KMS key of SecureStrings; None: the account's `aws/ssm` key.
+    pub kms_key_id: Option<String>,
 }
 
 impl SsmParameters {
@@ -60,12 +63,28 @@ impl SsmParameters {
     }
 
     async fn put(&self, name: String, value: String, overwrite: bool) -> Result<Created, Error> {
+        self.put_typed(name, value, overwrite, ParameterType::String)
+            .await
+    }
+
+    async fn put_typed(
+        &self,
+        name: String,
+        value: String,
+        overwrite: bool,
+        kind: ParameterType,
+    ) -> Result<Created, Error> {
+        let key_id = match kind {
+            ParameterType::SecureString => self.kms_key_id.clone(),
+            _ => None,
+        };
         let r = self
             .ssm
             .put_parameter()
             .name(name)
             .value(value)
-            .r#type(ParameterType::String)
+            .r#type(kind)
+            .set_key_id(key_id)
             .overwrite(overwrite)
             .send()
             .await;
@@ -82,7 +101,18 @@ impl SsmParameters {
     }
 
     async fn get(&self, name: String) -> Result<Option<String>, Error> {
-        match self.ssm.get_parameter().name(name).send().await {
+        self.get_decrypted(name, false).await
+    }
+
+    async fn get_decrypted(&self, name: String, decrypt: bool) -> Result<Option<String>, Error> {
+        let r = self
+            .ssm
+            .get_parameter()
+            .name(name)
+            .with_decryption(decrypt)
+            .send()
+            .await;
+        match r {
             Ok(out) => Ok(out.parameter().and_then(|p| p.value()).map(str::to_string)),
             Err(e)
                 if e.as_service_error()
@@ -106,6 +136,33 @@ impl SsmParameters {
             }
             Err(e) => Err(aws("DeleteParameter")(e.into())),
         }
+    }
+
+    /// Tags a parameter with the instance's ARN: the instance policy lets only that instance
+    /// read it.
+    async fn tag_for(&self, instance: &str, name: String) -> Result<(), Error> {
+        let tag = Tag::builder()
+            .key(INSTANCE_ARN_TAG)
+            .value(format!("{}{instance}", self.instance_arn_prefix))
+            .build()
+            .map_err(|e| aws("AddTagsToResource")(e.into()))?;
+        self.ssm
+            .add_tags_to_resource()
+            .resource_type(ResourceTypeForTagging::Parameter)
+            .resource_id(name)
+            .tags(tag)
+            .send()
+            .await
+            .map_err(|e| aws("AddTagsToResource")(e.into()))?;
+        Ok(())
+    }
+
+    pub fn ca_name(&self) -> String {
+        format!("{}/pki/ca", self.prefix)
+    }
+
+    pub fn tls_name(&self, instance: &str) -> String {
+        format!("{}/tls/{instance}", self.prefix)
     }
 
     fn parse_record(name: &str, value: &str) -> Result<ClusterRecord, Error> {
@@ -254,20 +311,7 @@ impl ports::PublishedConfig for SsmParameters {
     async fn publish(&self, instance: &str, config: &MemberConfig) -> Result<(), Error> {
         let name = self.member_name(instance);
         self.put(name.clone(), config.to_env(), true).await?;
-        let tag = Tag::builder()
-            .key(INSTANCE_ARN_TAG)
-            .value(format!("{}{instance}", self.instance_arn_prefix))
-            .build()
-            .map_err(|e| aws("AddTagsToResource")(e.into()))?;
-        self.ssm
-            .add_tags_to_resource()
-            .resource_type(ResourceTypeForTagging::Parameter)
-            .resource_id(name)
-            .tags(tag)
-            .send()
-            .await
-            .map_err(|e| aws("AddTagsToResource")(e.into()))?;
-        Ok(())
+        self.tag_for(instance, name).await
     }
 
     async fn note_down(&self, instance: &str, since: Timestamp) -> Result<(), Error> {
@@ -282,5 +326,49 @@ impl ports::PublishedConfig for SsmParameters {
 
     async fn unpublish(&self, instance: &str) -> Result<(), Error> {
         self.delete(self.member_name(instance)).await
+    }
+}
+
+/// `<prefix>/pki/ca` (the CA, JSON) and `<prefix>/tls/<instance-id>` (a member's PEM bundle,
+/// tagged like its config): SecureStrings. Values are never logged; errors name the parameter.
+impl ports::Secrets for SsmParameters {
+    async fn load_ca(&self) -> Result<Option<Ca>, Error> {
+        let name = self.ca_name();
+        let Some(value) = self.get_decrypted(name.clone(), true).await? else {
+            return Ok(None);
+        };
+        serde_json::from_str(&value)
+            .map(Some)
+            .map_err(|e| Error::BadParameter {
+                name,
+                // The position only: serde's message could quote the key.
+                detail: format!("not a CA record (line {}, column {})", e.line(), e.column()),
+            })
+    }
+
+    async fn create_ca(&self, ca: &Ca) -> Result<Created, Error> {
+        let value = serde_json::to_string(ca).expect("a CA serializes");
+        self.put_typed(self.ca_name(), value, false, ParameterType::SecureString)
+            .await
+    }
+
+    /// Written, then tagged (fail closed, as configs).
+    async fn hand_out(&self, instance: &str, bundle: &KeyPem) -> Result<Created, Error> {
+        let name = self.tls_name(instance);
+        let created = self
+            .put_typed(
+                name.clone(),
+                bundle.expose().to_string(),
+                false,
+                ParameterType::SecureString,
+            )
+            .await?;
+        // Tagging again is harmless, and finishes a hand-out whose tag step failed.
+        self.tag_for(instance, name).await?;
+        Ok(created)
+    }
+
+    async fn take_back(&self, instance: &str) -> Result<(), Error> {
+        self.delete(self.tls_name(instance)).await
     }
 }

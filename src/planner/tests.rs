@@ -160,6 +160,8 @@ fn seed_config(n: u8) -> MemberConfig {
         auto_compaction_retention: "1h".into(),
         quota_backend_bytes: 2 << 30,
         restore: None,
+        client_cert_auth: false,
+        metrics_url: None,
     }
 }
 

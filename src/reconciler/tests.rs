@@ -42,6 +42,7 @@ fn reconciler_with(world: &Fake, extra: &[(&str, &str)]) -> Tested {
         published: world.clone(),
         members: world.clone(),
         backups: config.backup_store.is_some().then(|| world.clone()),
+        ca: None,
         config,
         clock: Arc::new(move || clock_world.world().now),
     }

@@ -1,0 +1,341 @@
+//! The cluster's certificates: a CA the function keeps, a certificate for each member issued when
+//! it joins, and client certificates (the function's own, short-lived, and those an operator
+//! issues for programs). ECDSA P-256 throughout, through `rcgen`: no ASN.1 by hand.
+//!
+//! Pure apart from key generation: the time is the caller's. Private keys are `KeyPem`, whose
+//! `Debug` prints nothing of the key, so a key never reaches a log line or an error message.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType, PKCS_ECDSA_P256_SHA256,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::model::Timestamp;
+
+/// The CA's validity: ten years.
+pub const CA_DAYS: i64 = 3650;
+/// The function's own client certificate: a day (it is issued again at every cold start).
+pub const FUNCTION_CERT_SECS: i64 = 86_400;
+/// The etcd user the function's certificate names: membership and maintenance calls need it once
+/// authentication is on.
+pub const ROOT_USER: &str = "root";
+
+/// A private key in PEM. Shown as `KeyPem(..)`: never printed.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct KeyPem(String);
+
+impl KeyPem {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for KeyPem {
+    fn from(pem: String) -> Self {
+        KeyPem(pem)
+    }
+}
+
+impl fmt::Debug for KeyPem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("KeyPem(..)")
+    }
+}
+
+/// The cluster's CA as it is kept (a SecureString): its subject name, certificate and key.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct Ca {
+    pub common_name: String,
+    pub cert_pem: String,
+    pub key_pem: KeyPem,
+    pub not_after: Timestamp,
+}
+
+/// A certificate and its key, as handed to a member or a client.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct Issued {
+    pub cert_pem: String,
+    pub key_pem: KeyPem,
+    pub not_after: Timestamp,
+}
+
+impl Issued {
+    /// What a member is handed: the CA's certificate, its own, and its key, in that order.
+    pub fn bundle(&self, ca: &Ca) -> KeyPem {
+        KeyPem(format!(
+            "{}{}{}",
+            ca.cert_pem,
+            self.cert_pem,
+            self.key_pem.expose()
+        ))
+    }
+}
+
+fn pki(what: &'static str) -> impl Fn(rcgen::Error) -> Error {
+    move |e| Error::Pki {
+        what,
+        detail: e.to_string(),
+    }
+}
+
+fn time(t: Timestamp) -> Result<time::OffsetDateTime, Error> {
+    time::OffsetDateTime::from_unix_timestamp(t).map_err(|e| Error::Pki {
+        what: "a validity date",
+        detail: e.to_string(),
+    })
+}
+
+fn params(
+    common_name: &str,
+    from: Timestamp,
+    until: Timestamp,
+) -> Result<CertificateParams, Error> {
+    let mut p = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    p.distinguished_name = dn;
+    // A little slack for clocks behind ours.
+    p.not_before = time(from - 300)?;
+    p.not_after = time(until)?;
+    Ok(p)
+}
+
+impl Ca {
+    /// A new CA for `cluster`, valid `CA_DAYS` from `now`.
+    pub fn generate(cluster: &str, now: Timestamp) -> Result<Ca, Error> {
+        let common_name = format!("etcd-asg-lifecycle {cluster} CA");
+        let not_after = now + CA_DAYS * 86_400;
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(pki("CA key"))?;
+        let cert = Self::params(&common_name, now, not_after)?
+            .self_signed(&key)
+            .map_err(pki("CA certificate"))?;
+        Ok(Ca {
+            common_name,
+            cert_pem: cert.pem(),
+            key_pem: KeyPem(key.serialize_pem()),
+            not_after,
+        })
+    }
+
+    fn params(
+        common_name: &str,
+        now: Timestamp,
+        not_after: Timestamp,
+    ) -> Result<CertificateParams, Error> {
+        let mut p = params(common_name, now, not_after)?;
+        p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        Ok(p)
+    }
+
+    /// The issuer: the kept key and the CA's subject (all a signature needs of the CA).
+    fn issuer(&self) -> Result<Issuer<'static, KeyPair>, Error> {
+        let key = KeyPair::from_pem(self.key_pem.expose()).map_err(pki("reading the CA key"))?;
+        let p = Self::params(&self.common_name, 0, self.not_after)?;
+        Ok(Issuer::new(p, key))
+    }
+
+    fn sign(&self, mut p: CertificateParams, now: Timestamp) -> Result<Issued, Error> {
+        let issuer = self.issuer()?;
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(pki("key"))?;
+        p.use_authority_key_identifier_extension = true;
+        p.serial_number = Some(rcgen::SerialNumber::from_slice(&serial()));
+        // Never past the CA's own end.
+        let not_after = p.not_after.unix_timestamp().min(self.not_after);
+        p.not_after = time(not_after)?;
+        if not_after <= now {
+            return Err(Error::Pki {
+                what: "issuing",
+                detail: "the CA has expired".into(),
+            });
+        }
+        let cert = p.signed_by(&key, &issuer).map_err(pki("signing"))?;
+        Ok(Issued {
+            cert_pem: cert.pem(),
+            key_pem: KeyPem(key.serialize_pem()),
+            not_after,
+        })
+    }
+
+    /// A member's certificate: server and client usage (etcd uses it for both client and peer
+    /// TLS), its instance id as the subject, its address (and private DNS name) as SANs.
+    pub fn issue_member(
+        &self,
+        instance: &str,
+        address: &str,
+        dns_name: Option<&str>,
+        days: i64,
+        now: Timestamp,
+    ) -> Result<Issued, Error> {
+        let mut p = params(instance, now, now + days * 86_400)?;
+        p.subject_alt_names = vec![san(address)?];
+        if let Some(dns) = dns_name.filter(|d| !d.is_empty()) {
+            p.subject_alt_names.push(san(dns)?);
+        }
+        p.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        p.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        self.sign(p, now)
+    }
+
+    /// A client certificate for etcd user `user` (etcd takes the user from the common name).
+    pub fn issue_client(&self, user: &str, secs: i64, now: Timestamp) -> Result<Issued, Error> {
+        if user.is_empty()
+            || !user
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Err(Error::Pki {
+                what: "issuing a client certificate",
+                detail: format!("{user:?} is not a user name (letters, digits, '-', '_', '.')"),
+            });
+        }
+        let mut p = params(user, now, now + secs)?;
+        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.sign(p, now)
+    }
+}
+
+/// An IP address or a DNS name.
+fn san(name: &str) -> Result<SanType, Error> {
+    match name.parse::<IpAddr>() {
+        Ok(ip) => Ok(SanType::IpAddress(ip)),
+        Err(_) => Ok(SanType::DnsName(
+            name.to_string().try_into().map_err(pki("a DNS name"))?,
+        )),
+    }
+}
+
+/// 16 random bytes, positive (top bit clear), as RFC 5280 asks of serial numbers.
+fn serial() -> [u8; 16] {
+    let mut s = [0u8; 16];
+    for b in s.iter_mut() {
+        *b = fastrand::u8(..);
+    }
+    s[0] &= 0x7f;
+    s[0] |= 0x01;
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use x509_parser::extensions::GeneralName;
+    use x509_parser::prelude::*;
+
+    const NOW: Timestamp = 1_800_000_000;
+
+    fn parse(pem: &str) -> Vec<u8> {
+        let (_, p) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
+        p.contents
+    }
+
+    #[test]
+    fn a_member_certificate_verifies_against_the_ca_with_its_sans_usages_and_validity() {
+        let ca = Ca::generate("prod", NOW).unwrap();
+        let m = ca
+            .issue_member(
+                "i-0abc",
+                "10.0.1.7",
+                Some("ip-10-0-1-7.ec2.internal"),
+                90,
+                NOW,
+            )
+            .unwrap();
+        let ca_der = parse(&ca.cert_pem);
+        let der = parse(&m.cert_pem);
+        let (_, ca_x) = X509Certificate::from_der(&ca_der).unwrap();
+        let (_, x) = X509Certificate::from_der(&der).unwrap();
+        x.verify_signature(Some(ca_x.public_key())).unwrap();
+        assert_eq!(x.issuer(), ca_x.subject());
+        assert!(ca_x.is_ca());
+        assert!(!x.is_ca());
+        let sans = x.subject_alternative_name().unwrap().unwrap();
+        let names: Vec<String> = sans
+            .value
+            .general_names
+            .iter()
+            .map(|n| match n {
+                GeneralName::IPAddress(b) => format!("ip:{b:?}"),
+                GeneralName::DNSName(d) => format!("dns:{d}"),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(names, ["ip:[10, 0, 1, 7]", "dns:ip-10-0-1-7.ec2.internal"]);
+        let eku = x.extended_key_usage().unwrap().unwrap().value;
+        assert!(eku.server_auth && eku.client_auth);
+        assert_eq!(x.validity().not_after.timestamp(), NOW + 90 * 86_400);
+        assert_eq!(m.not_after, NOW + 90 * 86_400);
+        assert!(x.validity().not_before.timestamp() <= NOW);
+        assert_eq!(
+            ca_x.validity().not_after.timestamp(),
+            NOW + CA_DAYS * 86_400
+        );
+        // A certificate of another CA does not verify.
+        let other = Ca::generate("prod", NOW).unwrap();
+        let o_der = parse(&other.cert_pem);
+        let (_, o) = X509Certificate::from_der(&o_der).unwrap();
+        assert!(x.verify_signature(Some(o.public_key())).is_err());
+    }
+
+    #[test]
+    fn a_client_certificate_names_its_user_and_is_for_clients_only() {
+        let ca = Ca::generate("prod", NOW).unwrap();
+        let c = ca.issue_client("app-reader", 3600, NOW).unwrap();
+        let der = parse(&c.cert_pem);
+        let (_, x) = X509Certificate::from_der(&der).unwrap();
+        let cn = x
+            .subject()
+            .iter_common_name()
+            .next()
+            .unwrap()
+            .as_str()
+            .unwrap();
+        assert_eq!(cn, "app-reader");
+        let eku = x.extended_key_usage().unwrap().unwrap().value;
+        assert!(eku.client_auth && !eku.server_auth);
+        assert_eq!(c.not_after, NOW + 3600);
+        for bad in ["", "a b", "x\ny", "../root"] {
+            let e = ca.issue_client(bad, 3600, NOW).unwrap_err().to_string();
+            assert!(e.contains("not a user name"), "{e}");
+        }
+    }
+
+    #[test]
+    fn nothing_outlives_the_ca_and_nothing_is_issued_by_an_expired_one() {
+        let ca = Ca::generate("prod", NOW).unwrap();
+        let late = ca.not_after - 86_400;
+        let m = ca.issue_member("i-1", "10.0.0.1", None, 90, late).unwrap();
+        assert_eq!(m.not_after, ca.not_after);
+        assert!(ca
+            .issue_member("i-1", "10.0.0.1", None, 90, ca.not_after + 1)
+            .is_err());
+    }
+
+    #[test]
+    fn keys_never_show_in_debug_output() {
+        let ca = Ca::generate("prod", NOW).unwrap();
+        let m = ca.issue_member("i-1", "10.0.0.1", None, 1, NOW).unwrap();
+        for shown in [format!("{ca:?}"), format!("{m:?}")] {
+            assert!(!shown.contains("PRIVATE KEY"), "{shown}");
+            assert!(shown.contains("KeyPem(..)"));
+        }
+        // The kept form round-trips (the function reads it back at every cold start).
+        let kept = serde_json::to_string(&ca).unwrap();
+        let back: Ca = serde_json::from_str(&kept).unwrap();
+        assert_eq!(back, ca);
+        assert!(back.issue_client("root", 60, NOW).is_ok());
+    }
+}
