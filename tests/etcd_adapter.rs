@@ -347,3 +347,111 @@ async fn client_certificates_when_etcd_requires_them() {
         "{text}"
     );
 }
+
+/// TLS=managed against a real etcd: a member certificate the function's CA issued (client and
+/// peer TLS, client certificates required), the function's own certificate, and every client
+/// without one of the CA's certificates refused. The plain metrics listener serves health only.
+#[tokio::test]
+async fn mutual_tls_with_the_certificates_the_function_issues() {
+    use etcd_asg_lifecycle::adapters::own_identity;
+    use etcd_asg_lifecycle::pki::Ca;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let ca = Ca::generate("tls-test", now).unwrap();
+    let member = ca
+        .issue_member("i-0tls", "127.0.0.1", None, 90, now)
+        .unwrap();
+    let write = |name: &str, text: &str| {
+        let p = d.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let (ca_file, cert_file, key_file) = (
+        write("ca.crt", &ca.cert_pem),
+        write("member.crt", &member.cert_pem),
+        write("member.key", member.key_pem.expose()),
+    );
+    let peer = format!("https://127.0.0.1:{}", support::free_port());
+    let client = format!("https://127.0.0.1:{}", support::free_port());
+    let metrics = format!("http://127.0.0.1:{}", support::free_port());
+    let mut cmd = std::process::Command::new(support::etcd_bin());
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("ETCD_NAME", "i-0tls")
+        .env("ETCD_DATA_DIR", d.join("data"))
+        .env("ETCD_LISTEN_PEER_URLS", &peer)
+        .env("ETCD_INITIAL_ADVERTISE_PEER_URLS", &peer)
+        .env("ETCD_INITIAL_CLUSTER", format!("i-0tls={peer}"))
+        .env("ETCD_LISTEN_CLIENT_URLS", &client)
+        .env("ETCD_ADVERTISE_CLIENT_URLS", &client)
+        .env("ETCD_LISTEN_METRICS_URLS", &metrics)
+        .env("ETCD_CERT_FILE", &cert_file)
+        .env("ETCD_KEY_FILE", &key_file)
+        .env("ETCD_TRUSTED_CA_FILE", &ca_file)
+        .env("ETCD_CLIENT_CERT_AUTH", "true")
+        .env("ETCD_PEER_CERT_FILE", &cert_file)
+        .env("ETCD_PEER_KEY_FILE", &key_file)
+        .env("ETCD_PEER_TRUSTED_CA_FILE", &ca_file)
+        .env("ETCD_PEER_CLIENT_CERT_AUTH", "true");
+    let _etcd = support::Proc::spawn("etcd-managed-tls", &mut cmd, &d.join("etcd.log"));
+
+    let function = EtcdMembers::new(
+        Duration::from_secs(3),
+        Some(&own_identity(&ca, now).unwrap()),
+    )
+    .unwrap();
+    let endpoints = [client.clone()];
+    let v = eventually("etcd over mutual TLS", 30, || async {
+        match function.observe(&endpoints, None).await {
+            ClusterState::Known(v) if v.leader.is_some() => Some(v),
+            _ => None,
+        }
+    })
+    .await;
+    assert_eq!(v.members[0].name, "i-0tls");
+    assert_eq!(v.members[0].peer_urls, vec![peer.clone()]);
+    assert!(v.healthy.contains(&v.members[0].id));
+
+    let status = |c: reqwest::Client, url: String| async move {
+        match c.post(format!("{url}/v3/maintenance/status")).body("{}").send().await {
+            Ok(r) => Some(r.status().as_u16()),
+            Err(_) => None,
+        }
+    };
+    let ca_root = reqwest::Certificate::from_pem(ca.cert_pem.as_bytes()).unwrap();
+    // TLS without a client certificate: the handshake fails.
+    let anonymous = reqwest::Client::builder()
+        .add_root_certificate(ca_root.clone())
+        .build()
+        .unwrap();
+    assert_eq!(status(anonymous, client.clone()).await, None);
+    // A certificate of another CA: refused just the same.
+    let stranger = Ca::generate("tls-test", now).unwrap();
+    let theirs = stranger.issue_client("root", 3600, now).unwrap();
+    let foreign = reqwest::Client::builder()
+        .add_root_certificate(ca_root.clone())
+        .identity(
+            reqwest::Identity::from_pem(
+                format!("{}{}", theirs.cert_pem, theirs.key_pem.expose()).as_bytes(),
+            )
+            .unwrap(),
+        )
+        .build()
+        .unwrap();
+    assert_eq!(status(foreign, client.clone()).await, None);
+    // Plain HTTP on the client port: no answer from etcd's API.
+    let plain = reqwest::Client::new();
+    let answered = status(plain.clone(), client.replace("https://", "http://")).await;
+    assert!(
+        answered.is_none_or(|code| code != 200),
+        "plain HTTP got {answered:?}"
+    );
+    // The metrics listener: health in plain HTTP, and nothing of the API.
+    let health = plain.get(format!("{metrics}/health")).send().await.unwrap();
+    assert_eq!(health.status().as_u16(), 200);
+    assert_ne!(status(plain, metrics.clone()).await, Some(200));
+}
