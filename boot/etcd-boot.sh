@@ -28,6 +28,8 @@
 #   ETCDUTL_BIN        default: etcdutl beside ETCD_BIN (3.5+), which restores snapshots; without
 #   ETCDCTL_BIN        it, ETCDCTL_API=3 etcdctl does (3.4); default: etcdctl beside ETCD_BIN
 #   ETCD_USER          default etcd: the user the service runs etcd as (systemd mode)
+#   TLS_DIR            default /etc/etcd/pki: where a TLS=managed member's certificate, key and
+#                      CA certificate go (0600, the etcd user's), from <prefix>/tls/<instance id>
 #   POLL_SECONDS       default 5: pause between polls for the parameter
 #   MAX_BACKOFF        default 60: longest pause, in seconds, between retries after errors
 set -euo pipefail
@@ -38,6 +40,7 @@ DATA_DIR=${DATA_DIR:-/var/lib/etcd}
 CONFIG_FILE=${CONFIG_FILE:-/etc/etcd/etcd-asg.env}
 ETCD_BIN=${ETCD_BIN:-/usr/local/bin/etcd}
 ETCD_USER=${ETCD_USER:-etcd}
+TLS_DIR=${TLS_DIR:-/etc/etcd/pki}
 POLL_SECONDS=${POLL_SECONDS:-5}
 MAX_BACKOFF=${MAX_BACKOFF:-60}
 # Where systemd mode installs itself and its settings, and the unit (overridable for tests).
@@ -113,13 +116,15 @@ has_data() { compgen -G "$DATA_DIR/member/wal/*.wal" > /dev/null; }
 # Prints the parameter's value once it exists. Not found yet is the normal wait; any other AWS
 # error (access denied, throttling, no network) is logged with AWS's message and retried with
 # backoff.
+# Further arguments go to get-parameter (--with-decryption for a SecureString).
 wait_for_parameter() {
     local name=$1 err value polls=0 delay=1
+    shift
     err=$(mktemp)
     log "waiting for $name"
     while :; do
         if value=$(aws ssm get-parameter --cli-connect-timeout 10 --cli-read-timeout 30 \
-            --name "$name" --query Parameter.Value --output text 2> "$err"); then
+            --name "$name" "$@" --query Parameter.Value --output text 2> "$err"); then
             rm -f "$err"
             printf '%s\n' "$value"
             return 0
@@ -172,6 +177,36 @@ restore_snapshot() {
     log "restored $url (revision $rev, SHA-256 $actual, $size bytes) into $DATA_DIR with $tool"
 }
 
+# TLS=managed: the bundle the function issued this instance (CA certificate, its certificate, its
+# key; a SecureString only this instance may read) split into TLS_DIR, 0600 for the etcd user.
+# Prints the config lines that point etcd at the files. The key is never logged.
+fetch_tls() {
+    local name="$PARAMETER_PREFIX/tls/$INSTANCE_ID" bundle f
+    bundle=$(wait_for_parameter "$name" --with-decryption)
+    (
+        umask 077
+        mkdir -p "$TLS_DIR"
+        rm -f "$TLS_DIR/ca.crt" "$TLS_DIR/member.crt" "$TLS_DIR/member.key"
+        awk -v dir="$TLS_DIR" '/^-----BEGIN /{ n++ }
+            n == 1 { print > (dir "/ca.crt") }
+            n == 2 { print > (dir "/member.crt") }
+            n >= 3 { print > (dir "/member.key") }' <<< "$bundle"
+    )
+    for f in ca.crt member.crt member.key; do
+        [ -s "$TLS_DIR/$f" ] || { log "the bundle at $name lacks its ${f%.*} part: etcd not started"; exit 1; }
+    done
+    grep -q -- '-----BEGIN [A-Z ]*PRIVATE KEY-----' "$TLS_DIR/member.key" ||
+        { log "the bundle at $name holds no private key: etcd not started"; exit 1; }
+    if [ "$MODE" != exec ]; then chown -R "$ETCD_USER:$ETCD_USER" "$TLS_DIR"; fi
+    log "certificate and key for $INSTANCE_ID written to $TLS_DIR"
+    echo "ETCD_CERT_FILE=$TLS_DIR/member.crt"
+    echo "ETCD_KEY_FILE=$TLS_DIR/member.key"
+    echo "ETCD_TRUSTED_CA_FILE=$TLS_DIR/ca.crt"
+    echo "ETCD_PEER_CERT_FILE=$TLS_DIR/member.crt"
+    echo "ETCD_PEER_KEY_FILE=$TLS_DIR/member.key"
+    echo "ETCD_PEER_TRUSTED_CA_FILE=$TLS_DIR/ca.crt"
+}
+
 # Writes this member's published config, plus where to listen and store, to CONFIG_FILE. Only
 # ETCD_* lines are kept, the restore lines (ETCD_ASG_*) taken out: the file must not be able to
 # set anything else.
@@ -200,6 +235,9 @@ fetch_config() {
         echo "ETCD_LISTEN_CLIENT_URLS=$client"
         echo "ETCD_DATA_DIR=$DATA_DIR"
     } >> "$CONFIG_FILE.tmp"
+    if grep -q '^ETCD_CLIENT_CERT_AUTH=true$' "$CONFIG_FILE.tmp"; then
+        fetch_tls >> "$CONFIG_FILE.tmp"
+    fi
     if [ "$MODE" != exec ]; then
         chown "root:$ETCD_USER" "$CONFIG_FILE.tmp"
         chmod 0640 "$CONFIG_FILE.tmp"

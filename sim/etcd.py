@@ -18,6 +18,7 @@ import importlib.util
 import json
 import os
 import re
+import ssl
 import subprocess
 import sys
 import urllib.error
@@ -63,7 +64,24 @@ class EtcdError(Exception):
     pass
 
 
+# The client certificate https:// calls present (a simulation with TLS sets it; see use_tls).
+_tls: ssl.SSLContext | None = None
+
+
+def use_tls(ca: str | None, cert: str | None = None, key: str | None = None) -> None:
+    """Trust `ca` and present `cert`/`key` on every https:// call from now on; None: stop."""
+    global _tls
+    if ca is None:
+        _tls = None
+        return
+    ctx = ssl.create_default_context(cafile=ca)
+    if cert:
+        ctx.load_cert_chain(cert, key)
+    _tls = ctx
+
+
 def call(client_url: str, path: str, body: dict, timeout: float = 1.0) -> dict:
+    context = _tls if client_url.startswith("https://") else None
     req = urllib.request.Request(
         f"{client_url}{path}",
         data=json.dumps(body).encode(),
@@ -71,7 +89,7 @@ def call(client_url: str, path: str, body: dict, timeout: float = 1.0) -> dict:
         method="POST",
     )
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
             return json.loads(r.read() or b"{}")
     except urllib.error.HTTPError as e:
         raise EtcdError(f"{client_url}{path}: HTTP {e.code} {e.read()[:200]!r}") from None

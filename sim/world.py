@@ -207,8 +207,12 @@ class Simulation:
                  function_env: dict | None = None, binary: str | None = None, workdir: str | None = None,
                  writer: bool = True, verbose: bool = False, crash_once_after: str | None = None,
                  hooks: tuple[str, str] = ("etcd-launch", "etcd-terminate"), etcd_bin: str | None = None,
-                 backups: bool = False):
+                 backups: bool = False, tls: bool | None = None):
         self.group = name
+        # TLS=managed: the function's CA, members that demand client certificates; the simulation
+        # talks to etcd with a certificate the operator CLI issues (default: SIM_TLS, else on).
+        self.tls = os.environ.get("SIM_TLS", "1") != "0" if tls is None else tls
+        self.scheme = "https" if self.tls else "http"
         # An S3 bucket in the emulator and BACKUP_BUCKET for the function.
         self.backup_bucket = f"{name}-backups" if backups else None
         # The etcd each new instance boots with, read at its boot: change it mid-run to roll the
@@ -274,6 +278,11 @@ class Simulation:
         if self.backup_bucket:
             self.s3.create_bucket(Bucket=self.backup_bucket)
             self.extra_env.setdefault("BACKUP_BUCKET", self.backup_bucket)
+        if self.tls:
+            self.extra_env.setdefault("TLS", "managed")
+            # On loopback a peer connects from 127.0.0.1, not its own address: etcd checks a
+            # peer's certificate against the address it connects from.
+            self.extra_env.setdefault("MEMBER_CERT_EXTRA_SANS", "127.0.0.1")
         self.function = Function(self.binary, {
             **self.aws_env,
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -294,6 +303,13 @@ class Simulation:
         # The group and its hooks exist before the function's cold start, which checks them.
         self.create_group(self.group, 0)
         self.function.start()
+        if self.tls:
+            self.client_cert_dir = os.path.join(self.workdir, "client")
+            r = self.cli("client-cert", "sim", "--days", "1", "--out", self.client_cert_dir)
+            if r.returncode != 0:
+                raise RuntimeError(f"etcd-asg client-cert failed: {r.stderr}")
+            d = self.client_cert_dir
+            etcd.use_tls(f"{d}/ca.crt", f"{d}/sim.crt", f"{d}/sim.key")
         self.threads = [threading.Thread(target=self._instances_loop, daemon=True)]
         for t in self.threads:
             t.start()
@@ -315,6 +331,8 @@ class Simulation:
                     procs.stop(inst.proc, kill=True)
         if getattr(self, "function", None):
             self.function.close()
+        if self.tls:
+            etcd.use_tls(None)
         if self.moto is not None:
             procs.stop(self.moto)
         if not self.keep_workdir and os.environ.get("SIM_KEEP") != "1":
@@ -405,6 +423,7 @@ class Simulation:
             "BOOT_MODE": "exec",
             "ETCD_BIN": self.etcd_bin,
             "POLL_SECONDS": "0.5",
+            "TLS_DIR": os.path.join(data_dir, "pki"),
         }
         proc = procs.spawn(["bash", str(BOOT_SCRIPT)], env, os.path.join(data_dir, "boot.log"))
         with self.lock:
@@ -424,11 +443,11 @@ class Simulation:
         procs.resume(self.instances[iid].proc)
 
     def client_url(self, iid: str) -> str:
-        return f"http://{self.instances[iid].address}:2379"
+        return f"{self.scheme}://{self.instances[iid].address}:2379"
 
     def running_client_urls(self) -> list[str]:
         with self.lock:
-            return [f"http://{i.address}:2379" for i in self.instances.values()
+            return [f"{self.scheme}://{i.address}:2379" for i in self.instances.values()
                     if i.proc is not None and i.proc.poll() is None]
 
     # --- observation and checks ---------------------------------------------------------------
@@ -566,14 +585,14 @@ class Simulation:
         for i in sorted(self.group_instances(), key=lambda i: i["InstanceId"]):
             iid = i["InstanceId"]
             addr = self.instances[iid].address if iid in self.instances else "-"
-            m = members.get(f"http://{addr}:2380")
+            m = members.get(f"{self.scheme}://{addr}:2380")
             if m is None:
                 mid, role = "-", "-"
             else:
                 mid = f"{int(m['ID']):x}"
                 role = "learner" if m.get("isLearner") else ("leader" if int(m["ID"]) == lead else "voter")
             try:
-                etcd.status(f"http://{addr}:2379", timeout=0.5)
+                etcd.status(f"{self.scheme}://{addr}:2379", timeout=0.5)
                 healthy = "yes"
             except etcd.EtcdError:
                 healthy = "no"

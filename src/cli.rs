@@ -4,7 +4,7 @@
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use serde_json::{json, Value};
 
-use crate::model::{ClusterState, ClusterView, Instance, Member, Observation};
+use crate::model::{ClusterState, ClusterView, Instance, Member, Observation, Timestamp};
 use crate::planner::{Plan, Removal, Replacement, Step, Wait};
 
 /// One row of `status`: an instance and its member, or a member no instance answers for.
@@ -454,6 +454,72 @@ pub fn explain_wait(w: &Wait) -> String {
             instance.as_ref().map(|i| format!(" of {i}")).unwrap_or_default()
         ),
     }
+}
+
+/// Writes `ca.crt`, `USER.crt` and `USER.key` (0600, created new: an existing file is never
+/// overwritten) into `dir`; returns their paths in that order.
+pub fn write_client_files(
+    dir: &std::path::Path,
+    user: &str,
+    ca_pem: &str,
+    issued: &crate::pki::Issued,
+) -> Result<[std::path::PathBuf; 3], crate::Error> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let failed = |path: &std::path::Path, e: std::io::Error| crate::Error::Config {
+        var: "--out".into(),
+        value: path.display().to_string(),
+        reason: format!("cannot be written: {e}"),
+    };
+    std::fs::create_dir_all(dir).map_err(|e| failed(dir, e))?;
+    let paths = [
+        dir.join("ca.crt"),
+        dir.join(format!("{user}.crt")),
+        dir.join(format!("{user}.key")),
+    ];
+    let texts = [ca_pem, issued.cert_pem.as_str(), issued.key_pem.expose()];
+    for (path, text) in paths.iter().zip(texts) {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| failed(path, e))?;
+        f.write_all(text.as_bytes()).map_err(|e| failed(path, e))?;
+    }
+    Ok(paths)
+}
+
+/// What `client-cert` prints: the files and an etcdctl line that uses them.
+pub fn client_cert_text(
+    user: &str,
+    files: &[std::path::PathBuf; 3],
+    not_after: Timestamp,
+    obs: &Observation,
+) -> String {
+    let endpoints: Vec<String> = match &obs.cluster {
+        ClusterState::Known(v) => v
+            .voters()
+            .filter_map(|m| m.client_urls.first().cloned())
+            .collect(),
+        ClusterState::Unreachable { .. } => vec![],
+    };
+    let endpoints = if endpoints.is_empty() {
+        "https://<load balancer name>:2379".to_string()
+    } else {
+        endpoints.join(",")
+    };
+    format!(
+        "client certificate for etcd user {user} (valid until {not_after}, epoch seconds):\n  \
+         {}\n  {}\n  {} (private: hand it over as a secret)\n\n\
+         etcdctl --endpoints {endpoints} --cacert {} --cert {} --key {} endpoint health\n",
+        files[0].display(),
+        files[1].display(),
+        files[2].display(),
+        files[0].display(),
+        files[1].display(),
+        files[2].display(),
+    )
 }
 
 #[cfg(test)]

@@ -186,6 +186,8 @@ pub struct BackupStore {
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Pki {
     pub member_cert_days: i64,
+    /// Further names in every member's certificate (the load balancer's DNS name).
+    pub extra_sans: Vec<String>,
     /// The KMS key of the SecureStrings (CA, member keys); unset: the account's `aws/ssm` key.
     pub kms_key_id: Option<String>,
 }
@@ -230,6 +232,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("ETCD_CLIENT_PORT", "2379"),
     ("TLS", "off"),
     ("MEMBER_CERT_DAYS", "90"),
+    ("MEMBER_CERT_EXTRA_SANS", "unset"),
     ("PKI_KMS_KEY_ID", "unset (aws/ssm)"),
     ("ETCD_METRICS_PORT", "2381"),
     ("ETCD_CA_FILE", "unset"),
@@ -390,8 +393,27 @@ impl Config {
                         return Err(bad(var, &v, "must be https (or unset) with TLS=managed"));
                     }
                 }
+                let extra_sans: Vec<String> = get("MEMBER_CERT_EXTRA_SANS")
+                    .unwrap_or_default()
+                    .split(',')
+                    .map(|n| n.trim().to_string())
+                    .filter(|n| !n.is_empty())
+                    .collect();
+                for n in &extra_sans {
+                    let ok = n.len() <= 253
+                        && n.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || ".-:".contains(c));
+                    if !ok || crate::pki::san(n).is_err() {
+                        return Err(bad(
+                            "MEMBER_CERT_EXTRA_SANS",
+                            n,
+                            "must be IP addresses or DNS names, comma-separated",
+                        ));
+                    }
+                }
                 Some(Pki {
                     member_cert_days: number(&get, "MEMBER_CERT_DAYS", 90, 1, 3650)? as i64,
+                    extra_sans,
                     kms_key_id: get("PKI_KMS_KEY_ID"),
                 })
             }

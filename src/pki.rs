@@ -165,18 +165,20 @@ impl Ca {
 
     /// A member's certificate: server and client usage (etcd uses it for both client and peer
     /// TLS), its instance id as the subject, its address (and private DNS name) as SANs.
+    /// `extra_names` are further SANs every member carries (the load balancer's DNS name,
+    /// through which clients reach any member).
     pub fn issue_member(
         &self,
         instance: &str,
         address: &str,
-        dns_name: Option<&str>,
+        extra_names: &[String],
         days: i64,
         now: Timestamp,
     ) -> Result<Issued, Error> {
         let mut p = params(instance, now, now + days * 86_400)?;
         p.subject_alt_names = vec![san(address)?];
-        if let Some(dns) = dns_name.filter(|d| !d.is_empty()) {
-            p.subject_alt_names.push(san(dns)?);
+        for name in extra_names.iter().filter(|n| !n.is_empty()) {
+            p.subject_alt_names.push(san(name)?);
         }
         p.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
@@ -209,7 +211,7 @@ impl Ca {
 }
 
 /// An IP address or a DNS name.
-fn san(name: &str) -> Result<SanType, Error> {
+pub fn san(name: &str) -> Result<SanType, Error> {
     match name.parse::<IpAddr>() {
         Ok(ip) => Ok(SanType::IpAddress(ip)),
         Err(_) => Ok(SanType::DnsName(
@@ -249,7 +251,7 @@ mod tests {
             .issue_member(
                 "i-0abc",
                 "10.0.1.7",
-                Some("ip-10-0-1-7.ec2.internal"),
+                &["etcd-nlb-123.elb.us-east-1.amazonaws.com".into()],
                 90,
                 NOW,
             )
@@ -273,7 +275,13 @@ mod tests {
                 other => format!("{other:?}"),
             })
             .collect();
-        assert_eq!(names, ["ip:[10, 0, 1, 7]", "dns:ip-10-0-1-7.ec2.internal"]);
+        assert_eq!(
+            names,
+            [
+                "ip:[10, 0, 1, 7]",
+                "dns:etcd-nlb-123.elb.us-east-1.amazonaws.com"
+            ]
+        );
         let eku = x.extended_key_usage().unwrap().unwrap().value;
         assert!(eku.server_auth && eku.client_auth);
         assert_eq!(x.validity().not_after.timestamp(), NOW + 90 * 86_400);
@@ -317,17 +325,17 @@ mod tests {
     fn nothing_outlives_the_ca_and_nothing_is_issued_by_an_expired_one() {
         let ca = Ca::generate("prod", NOW).unwrap();
         let late = ca.not_after - 86_400;
-        let m = ca.issue_member("i-1", "10.0.0.1", None, 90, late).unwrap();
+        let m = ca.issue_member("i-1", "10.0.0.1", &[], 90, late).unwrap();
         assert_eq!(m.not_after, ca.not_after);
         assert!(ca
-            .issue_member("i-1", "10.0.0.1", None, 90, ca.not_after + 1)
+            .issue_member("i-1", "10.0.0.1", &[], 90, ca.not_after + 1)
             .is_err());
     }
 
     #[test]
     fn keys_never_show_in_debug_output() {
         let ca = Ca::generate("prod", NOW).unwrap();
-        let m = ca.issue_member("i-1", "10.0.0.1", None, 1, NOW).unwrap();
+        let m = ca.issue_member("i-1", "10.0.0.1", &[], 1, NOW).unwrap();
         for shown in [format!("{ca:?}"), format!("{m:?}")] {
             assert!(!shown.contains("PRIVATE KEY"), "{shown}");
             assert!(shown.contains("KeyPem(..)"));

@@ -665,8 +665,13 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                             what: "issuing a member certificate",
                             detail: format!("{instance} has no address"),
                         })?;
-                    let issued =
-                        ca.issue_member(instance, address, None, pki.member_cert_days, obs.now)?;
+                    let issued = ca.issue_member(
+                        instance,
+                        address,
+                        &pki.extra_sans,
+                        pki.member_cert_days,
+                        obs.now,
+                    )?;
                     if meter
                         .aws(published.hand_out(instance, &issued.bundle(ca)))
                         .await?

@@ -500,7 +500,7 @@ async fn the_ca_and_member_keys_are_kept_as_secure_strings_created_once() {
 
     // A member's bundle: SecureString, tagged for its instance, created once, deleted on removal.
     let issued = ca
-        .issue_member("i-00000001", "127.0.0.2", None, 90, now)
+        .issue_member("i-00000001", "127.0.0.2", &[], 90, now)
         .unwrap();
     let bundle = issued.bundle(&ca);
     assert_eq!(
@@ -508,7 +508,7 @@ async fn the_ca_and_member_keys_are_kept_as_secure_strings_created_once() {
         Created::Created
     );
     let other = ca
-        .issue_member("i-00000001", "127.0.0.2", None, 90, now)
+        .issue_member("i-00000001", "127.0.0.2", &[], 90, now)
         .unwrap();
     assert_eq!(
         store

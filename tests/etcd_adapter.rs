@@ -363,7 +363,7 @@ async fn mutual_tls_with_the_certificates_the_function_issues() {
         .as_secs() as i64;
     let ca = Ca::generate("tls-test", now).unwrap();
     let member = ca
-        .issue_member("i-0tls", "127.0.0.1", None, 90, now)
+        .issue_member("i-0tls", "127.0.0.1", &[], 90, now)
         .unwrap();
     let write = |name: &str, text: &str| {
         let p = d.join(name);
@@ -417,7 +417,12 @@ async fn mutual_tls_with_the_certificates_the_function_issues() {
     assert!(v.healthy.contains(&v.members[0].id));
 
     let status = |c: reqwest::Client, url: String| async move {
-        match c.post(format!("{url}/v3/maintenance/status")).body("{}").send().await {
+        match c
+            .post(format!("{url}/v3/maintenance/status"))
+            .body("{}")
+            .send()
+            .await
+        {
             Ok(r) => Some(r.status().as_u16()),
             Err(_) => None,
         }

@@ -50,6 +50,18 @@ enum Command {
     /// Ask for BACKUP (a key from `backups`, or `latest`) to be restored once every member is
     /// gone: what RECOVERY=manual waits for.
     Restore { backup: String },
+    /// Issue a client certificate for USER from the cluster's CA (TLS=managed) and write
+    /// ca.crt, USER.crt and USER.key (0600) into --out; prints how to use them.
+    ClientCert {
+        /// The etcd user the certificate names (its common name).
+        user: String,
+        /// Validity in days.
+        #[arg(long, default_value_t = 90)]
+        days: i64,
+        /// The folder to write the files to (created if missing; existing files are kept).
+        #[arg(long, default_value = ".")]
+        out: std::path::PathBuf,
+    },
     /// Run the real handler on an event file against the real account with every write refused,
     /// printing the decisions it would make.
     Replay {
@@ -153,6 +165,30 @@ async fn run(args: Args) -> Result<(), Error> {
             } else {
                 println!("next: {}", cli::explain_step(&plan.step));
             }
+            Ok(())
+        }
+        Command::ClientCert { user, days, out } => {
+            let Some(ca) = &live.ca else {
+                return Err(Error::Config {
+                    var: "TLS".into(),
+                    value: "off".into(),
+                    reason: "is not 'managed': this cluster has no CA of ours to issue from".into(),
+                });
+            };
+            if !(1..=3650).contains(&days) {
+                return Err(Error::Config {
+                    var: "--days".into(),
+                    value: days.to_string(),
+                    reason: "must be 1 to 3650".into(),
+                });
+            }
+            let issued = ca.issue_client(&user, days * 86_400, (live.clock)())?;
+            let written = cli::write_client_files(&out, &user, &ca.cert_pem, &issued)?;
+            let (obs, _) = live.look().await?;
+            print!(
+                "{}",
+                cli::client_cert_text(&user, &written, issued.not_after, &obs)
+            );
             Ok(())
         }
         Command::Replay { file } => {
