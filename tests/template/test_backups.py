@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from test_operations import TOPIC_ACTION, alarm, cluster_dimension, dashboard_body, depends_on, env, references
-from test_template import STACK, resolve, resources, statements
+from test_template import STACK, render, resolve, resources, statements
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = f"etcd-asg-lifecycle/{STACK}"
@@ -21,20 +21,6 @@ TAG_KEY = "etcd-asg-instance-arn"
 # BACKUP_DAILY_DAYS 1..=3650: every value a parameter allows must start the function.
 RUST_RANGES = {"BackupIntervalMinutes": (1, 1440), "BackupHourlyDays": (1, 365), "BackupDailyDays": (1, 3650)}
 CONDITIONAL = {"BackupKey", "BackupBucket", "BackupBucketPolicy"}
-
-
-def render(value, conditions):
-    """The template as CloudFormation sees it for these condition values: Fn::If taken, and
-    AWS::NoValue dropped."""
-    if isinstance(value, dict):
-        if set(value) == {"Fn::If"}:
-            name, yes, no = value["Fn::If"]
-            return render(yes if conditions[name] else no, conditions)
-        out = {k: render(v, conditions) for k, v in value.items()}
-        return {k: v for k, v in out.items() if v != {"Ref": "AWS::NoValue"}}
-    if isinstance(value, list):
-        return [render(v, conditions) for v in value if render(v, conditions) != {"Ref": "AWS::NoValue"}]
-    return value
 
 
 def bucket_arn(value, bucket):
@@ -164,7 +150,7 @@ def test_an_existing_bucket_needs_none_of_the_conditional_resources(template, cr
     """With BackupBucketName set, nothing names the bucket, key or bucket policy the stack then
     does not create (CloudFormation would refuse the template)."""
     conditions = {"CreateBackupBucket": create, "HasRouteTables": True, "HasZone": True, "HasAlarmTopic": True,
-                  "SingleMember": False}
+                  "SingleMember": False, "ManagedTls": True}
     t = template
     for name, r in t["Resources"].items():
         if r.get("Condition") == "CreateBackupBucket" and not create:

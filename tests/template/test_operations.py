@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from test_template import STACK, function, resolve, resources
+from test_template import STACK, function, render, resolve, resources
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "EtcdAsgLifecycle"
@@ -45,6 +45,8 @@ METRIC_ALARMS = {
                              1, "notBreaching"),
     "NospaceRaisedAlarm": ("NospaceAlarm", "Maximum", 60, 1, None, "GreaterThanOrEqualToThreshold",
                            1, "notBreaching"),
+    # A year ahead of the CA's end (TLS=managed).
+    "CaExpiringAlarm": ("CaDaysLeft", "Minimum", 3600, 1, None, "LessThanThreshold", 365, "notBreaching"),
 }
 
 
@@ -163,29 +165,35 @@ def test_the_dashboard_shows_the_cluster_the_steps_and_the_function(template):
     assert "QuotaBackendBytes" in seen, "the quota line follows the parameter"
 
 
-def test_the_group_tags_carry_the_functions_settings_for_the_cli(template):
-    """`etcd-asg --stack NAME` finds the group by aws:cloudformation:stack-name and reads these."""
+@pytest.mark.parametrize("managed_tls", [True, False])
+def test_the_group_tags_carry_the_functions_settings_for_the_cli(template, managed_tls):
+    """`etcd-asg --stack NAME` finds the group by aws:cloudformation:stack-name and reads these.
+    With Tls managed it also needs TLS (https, client-cert), the PKI key, and the settings that
+    shape member configs and certificate renewals."""
     cli_vars = ("LAUNCH_HOOK_NAME", "TERMINATE_HOOK_NAME", "CLUSTER_NAME", "PARAMETER_PREFIX",
                 "ADDRESS_SOURCE", "ETCD_PEER_SCHEME", "ETCD_PEER_PORT", "ETCD_CLIENT_SCHEME",
-                "ETCD_CLIENT_PORT", "BACKUP_BUCKET", "BACKUP_PREFIX")
+                "ETCD_CLIENT_PORT", "BACKUP_BUCKET", "BACKUP_PREFIX", "TLS", "MEMBER_CERT_DAYS",
+                "PKI_KMS_KEY_ID", "ETCD_METRICS_PORT")
+    conditions = {"ManagedTls": managed_tls, "CreateBackupBucket": True, "HasZone": True}
     (group,) = resources(template, "AWS::AutoScaling::AutoScalingGroup").values()
-    tags = {t["Key"]: t for t in group["Properties"]["Tags"]}
+    tags = {t["Key"]: t for t in render(group["Properties"]["Tags"], conditions)}
     ours = {k.split(":", 1)[1]: t for k, t in tags.items() if k.startswith("etcd-asg-lifecycle:")}
-    variables = env(template)
+    variables = render(env(template), conditions)
     assert set(ours) == {v for v in cli_vars if v in variables}
     assert {"LAUNCH_HOOK_NAME", "TERMINATE_HOOK_NAME", "CLUSTER_NAME", "PARAMETER_PREFIX", "BACKUP_BUCKET",
-            "BACKUP_PREFIX"} <= set(ours)
+            "BACKUP_PREFIX", "TLS", "MEMBER_CERT_DAYS", "ETCD_METRICS_PORT"} <= set(ours)
+    assert ("PKI_KMS_KEY_ID" in ours) == managed_tls
     for var, tag in ours.items():
         assert tag["Value"] == variables[var], f"{var}: the same intrinsic or value as the function's"
         assert tag["PropagateAtLaunch"] is False, var
     # The group depends on the function's rule and schedule, so a tag naming the function, or
     # anything that depends on the group, would close a cycle. A resource that does not (the
-    # backup bucket) may be named, and no attribute is.
+    # backup bucket, the PKI key) may be named, and no attribute is.
     text = json.dumps([t["Value"] for t in ours.values()])
     assert '"Fn::GetAtt"' not in text
     refs = re.findall(r'"Ref": "([^"]+)"', text) + re.findall(r"\$\{([^}]+)\}", text)
     named = {r for r in refs if not r.startswith("AWS::") and r not in template["Parameters"]}
-    assert named == {"BackupBucket"}, named
+    assert named == ({"BackupBucket", "PkiKey"} if managed_tls else {"BackupBucket"}), named
     (group_name,) = resources(template, "AWS::AutoScaling::AutoScalingGroup")
     for r in named:
         assert group_name not in depends_on(template, r), f"{r} depends on the group: a cycle"

@@ -28,6 +28,20 @@ def resolve(value, t):
     return value
 
 
+def render(value, conditions):
+    """The template as CloudFormation sees it for these condition values: Fn::If taken, and
+    AWS::NoValue dropped."""
+    if isinstance(value, dict):
+        if set(value) == {"Fn::If"}:
+            name, yes, no = value["Fn::If"]
+            return render(yes if conditions[name] else no, conditions)
+        out = {k: render(v, conditions) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v != {"Ref": "AWS::NoValue"}}
+    if isinstance(value, list):
+        return [render(v, conditions) for v in value if render(v, conditions) != {"Ref": "AWS::NoValue"}]
+    return value
+
+
 def resources(t, kind):
     return {n: r for n, r in t["Resources"].items() if r["Type"] == kind}
 
@@ -167,12 +181,15 @@ def function_statements(t):
 
 def test_instances_read_only_the_member_parameter_tagged_with_their_own_arn(template):
     """Instance-profile requests carry ec2:SourceInstanceARN; the function tags each member
-    parameter with its instance's ARN. ${ec2:InstanceID} is not set for SSM requests."""
+    parameter (and TLS bundle) with its instance's ARN. ${ec2:InstanceID} is not set for SSM
+    requests. The one other inline statement denies the cluster's CA (test_tls.py)."""
     role = template["Resources"]["InstanceRole"]["Properties"]["Policies"]
-    (statement,) = [s for p in role for s in p["PolicyDocument"]["Statement"]]
-    assert statement["Effect"] == "Allow"
+    inline = [s for p in role for s in p["PolicyDocument"]["Statement"]]
+    (statement,) = [s for s in inline if s["Effect"] == "Allow"]
+    assert [s["Sid"] for s in inline if s["Effect"] != "Allow"] == ["NeverReadTheClusterCa"]
     assert statement["Action"] == "ssm:GetParameter"
-    assert statement["Resource"]["Fn::Sub"].endswith(":parameter/etcd-asg-lifecycle/${AWS::StackName}/members/*")
+    assert [r["Fn::Sub"].rsplit(":parameter/", 1)[1] for r in statement["Resource"]] == [
+        "etcd-asg-lifecycle/${AWS::StackName}/members/*", "etcd-asg-lifecycle/${AWS::StackName}/tls/*"]
     assert statement["Condition"] == {
         "StringEquals": {"ssm:resourceTag/etcd-asg-instance-arn": "${ec2:SourceInstanceARN}"}}
     assert "ec2:InstanceID" not in json.dumps(template["Resources"]["InstanceRole"])
