@@ -117,32 +117,44 @@ pub fn every_member_gone(obs: &Observation) -> bool {
     old_members_gone && none_in_service
 }
 
-/// Whether the quorum is lost for good while some voters survive: a majority of the voters (as
-/// the freshest survivor's own list names them) are on instances that left the group, and every
-/// voter whose instance is left answers, so none of them can hold newer data unseen. Returns the
-/// survivor with the highest revision. Survivors of another cluster than `cluster_id` are ignored;
-/// a voter that never started (no name to find its instance by) is never called lost.
+/// Whether the quorum is lost for good while some members survive: under **every** answering
+/// member's own list (a list can be stale), a majority of the voters are on instances that left
+/// the group; and every member whose instance is left answers — each voter of those lists, and
+/// each present instance whose config names the generation `token` (a learner too) — so none
+/// can hold newer data unseen. Returns the survivor with the highest revision, learners
+/// included. Survivors of another cluster than `cluster_id` are ignored; a voter that never
+/// started (no name to find its instance by) is never called lost.
 pub fn quorum_lost_for_good<'a>(
     obs: &Observation,
     survivors: &'a [Survivor],
     cluster_id: Option<u64>,
+    token: &str,
 ) -> Option<&'a Survivor> {
-    let ours = || {
-        survivors
-            .iter()
-            .filter(move |s| cluster_id.is_none_or(|c| c == s.cluster_id))
+    let ours: Vec<&Survivor> = survivors
+        .iter()
+        .filter(|s| cluster_id.is_none_or(|c| c == s.cluster_id))
+        .collect();
+    let answers = |name: &str| ours.iter().any(|s| s.name == name);
+    let present = |name: &str| obs.instance(name).is_some_and(|i| i.state.is_present());
+    let lost_under = |s: &Survivor| {
+        if s.voters.iter().any(|v| !v.is_started()) {
+            return false;
+        }
+        let (remaining, lost): (Vec<_>, Vec<_>) = s.voters.iter().partition(|v| present(&v.name));
+        !lost.is_empty()
+            && remaining.len() < crate::planner::quorum(s.voters.len())
+            && remaining.iter().all(|v| answers(&v.name))
     };
-    let freshest = ours().max_by_key(|s| (s.status.revision, s.member))?;
-    if freshest.voters.iter().any(|v| !v.is_started()) {
+    let generation_answers =
+        obs.published.members.iter().all(|(instance, p)| {
+            p.config.token != token || !present(instance) || answers(instance)
+        });
+    let voters_listed = ours.iter().any(|s| !s.is_learner);
+    if !(voters_listed && generation_answers && ours.iter().all(|s| lost_under(s))) {
         return None;
     }
-    let left =
-        |v: &crate::model::Member| obs.instance(&v.name).is_some_and(|i| i.state.is_present());
-    let (remaining, lost): (Vec<_>, Vec<_>) = freshest.voters.iter().partition(|v| left(v));
-    let all_answer = remaining.iter().all(|v| ours().any(|s| s.member == v.id));
-    let majority_lost =
-        !lost.is_empty() && remaining.len() < crate::planner::quorum(freshest.voters.len());
-    (all_answer && majority_lost).then_some(freshest)
+    ours.into_iter()
+        .max_by_key(|s| (s.status.revision, s.member))
 }
 
 pub fn choose(obs: &Observation, policy: &BackupPolicy) -> Choice {

@@ -385,6 +385,12 @@ pub fn explain_step(step: &Step) -> String {
         } => format!(
             "rule 6: {instance} survived the restore and still serves the old generation {token}: mark it Unhealthy so a fresh instance joins in its place"
         ),
+        Step::Replace {
+            instance,
+            why: Replacement::CertificateExpiring { not_after },
+        } => format!(
+            "rule 6: {instance}'s certificate ends at {not_after} (less than a third of its life left): mark it Unhealthy so a fresh instance with a fresh certificate replaces it"
+        ),
         Step::Compact { revision } => format!(
             "maintenance: the NOSPACE alarm is raised: compact all history up to revision {revision}, then defragment, then disarm"
         ),

@@ -127,6 +127,9 @@ pub struct Settings {
     pub defrag_min_bytes: u64,
     /// Backups and recovery; None when no bucket is configured.
     pub backup: Option<BackupPolicy>,
+    /// TLS=managed: a member certificate's life; a member with less than a third of it left is
+    /// replaced (certificates renew by replacement).
+    pub member_cert_secs: Option<i64>,
 }
 
 #[cfg(test)]
@@ -151,6 +154,7 @@ impl Settings {
             defrag_free_percent: 50,
             defrag_min_bytes: 100 << 20,
             backup: None,
+            member_cert_secs: None,
         }
     }
 }
@@ -185,7 +189,8 @@ pub struct BackupStore {
 /// TLS=managed: how member certificates are issued and their keys kept.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Pki {
-    pub member_cert_days: i64,
+    /// A member certificate's life: MEMBER_CERT_DAYS (or, in tests, MEMBER_CERT_SECS).
+    pub member_cert_secs: i64,
     /// Further names in every member's certificate (the load balancer's DNS name).
     pub extra_sans: Vec<String>,
     /// The KMS key of the SecureStrings (CA, member keys); unset: the account's `aws/ssm` key.
@@ -233,6 +238,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("TLS", "off"),
     ("MEMBER_CERT_DAYS", "90"),
     ("MEMBER_CERT_EXTRA_SANS", "unset"),
+    ("MEMBER_CERT_SECS", "unset (tests only)"),
     ("PKI_KMS_KEY_ID", "unset (aws/ssm)"),
     ("ETCD_METRICS_PORT", "2381"),
     ("ETCD_CA_FILE", "unset"),
@@ -412,7 +418,10 @@ impl Config {
                     }
                 }
                 Some(Pki {
-                    member_cert_days: number(&get, "MEMBER_CERT_DAYS", 90, 1, 3650)? as i64,
+                    member_cert_secs: match get("MEMBER_CERT_SECS") {
+                        Some(_) => number(&get, "MEMBER_CERT_SECS", 0, 60, 86_400)? as i64,
+                        None => number(&get, "MEMBER_CERT_DAYS", 90, 1, 3650)? as i64 * 86_400,
+                    },
                     extra_sans,
                     kms_key_id: get("PKI_KMS_KEY_ID"),
                 })
@@ -445,6 +454,7 @@ impl Config {
                 MAX_QUOTA_BACKEND_BYTES,
             )?,
         };
+        let member_cert_secs = pki.as_ref().map(|p| p.member_cert_secs);
         Ok(Self {
             group_name,
             launch_hook,
@@ -466,6 +476,7 @@ impl Config {
                 unhealthy_replace_secs: number(&get, "UNHEALTHY_REPLACE_SECS", 300, 10, 86_400)?
                     as i64,
                 backup,
+                member_cert_secs,
                 defrag_free_percent: number(&get, "DEFRAG_FREE_PERCENT", 50, 10, 95)?,
                 defrag_min_bytes: number(
                     &get,

@@ -186,7 +186,12 @@ impl<P: Secrets> Secrets for DryRun<P> {
         Ok(Created::Created)
     }
 
-    async fn hand_out(&self, instance: &str, _bundle: &KeyPem) -> Result<Created, Error> {
+    async fn hand_out(
+        &self,
+        instance: &str,
+        _bundle: &KeyPem,
+        _not_after: Timestamp,
+    ) -> Result<Created, Error> {
         self.refuse(format!("hand {instance} its certificate and key"));
         Ok(Created::Created)
     }

@@ -44,6 +44,7 @@ pub struct World {
     /// The CA and each instance's TLS bundle (Secrets).
     pub ca: Option<crate::pki::Ca>,
     pub tls: BTreeMap<String, crate::pki::KeyPem>,
+    pub cert_not_after: BTreeMap<String, Timestamp>,
     /// The keyspace, as one string: what a snapshot streams and a restore brings back.
     pub data: String,
     pub restore_request: Option<String>,
@@ -324,13 +325,19 @@ impl Secrets for Fake {
         Ok(Created::Created)
     }
 
-    async fn hand_out(&self, instance: &str, bundle: &KeyPem) -> Result<Created, Error> {
+    async fn hand_out(
+        &self,
+        instance: &str,
+        bundle: &KeyPem,
+        not_after: Timestamp,
+    ) -> Result<Created, Error> {
         let mut w = self.world();
         w.calls.push(format!("hand-out {instance}"));
         if w.tls.contains_key(instance) {
             return Ok(Created::AlreadyExists);
         }
         w.tls.insert(instance.to_string(), bundle.clone());
+        w.cert_not_after.insert(instance.to_string(), not_after);
         Ok(Created::Created)
     }
 
@@ -338,6 +345,7 @@ impl Secrets for Fake {
         let mut w = self.world();
         w.calls.push(format!("take-back {instance}"));
         w.tls.remove(instance);
+        w.cert_not_after.remove(instance);
         Ok(())
     }
 }
@@ -350,6 +358,7 @@ impl PublishedConfig for Fake {
             members: w.configs.clone(),
             down_since: w.down_since.clone(),
             restore_request: w.restore_request.clone(),
+            cert_not_after: w.cert_not_after.clone(),
         })
     }
 

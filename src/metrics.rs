@@ -25,6 +25,15 @@ impl Metrics {
         self.0.entry(name.into()).or_insert((0, "Count")).0 += 1;
     }
 
+    /// TLS=managed: whole days until the cluster's CA ends (the stack alarms a year ahead).
+    pub fn ca_days_left(
+        &mut self,
+        not_after: crate::model::Timestamp,
+        now: crate::model::Timestamp,
+    ) {
+        self.set("CaDaysLeft", (not_after - now).div_euclid(86_400), "Count");
+    }
+
     pub fn get(&self, name: &str) -> Option<i64> {
         self.0.get(name).map(|(v, _)| *v)
     }

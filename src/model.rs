@@ -164,6 +164,9 @@ impl ClusterState {
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Survivor {
     pub member: MemberId,
+    /// Its name (the instance id), as its own list has it.
+    pub name: String,
+    pub is_learner: bool,
     pub endpoint: String,
     pub cluster_id: u64,
     pub status: MemberStatus,
@@ -475,6 +478,8 @@ pub struct PublishedState {
     pub members: BTreeMap<String, Published>,
     /// When the function first saw each in-service instance's etcd not answering, by instance id.
     pub down_since: BTreeMap<String, Timestamp>,
+    /// When each instance's member certificate ends (TLS=managed), by instance id.
+    pub cert_not_after: BTreeMap<String, Timestamp>,
     /// An operator's request to restore (RECOVERY=manual): a backup key, or `latest`.
     pub restore_request: Option<String>,
 }

@@ -145,7 +145,8 @@ impl Ca {
         let issuer = self.issuer()?;
         let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(pki("key"))?;
         p.use_authority_key_identifier_extension = true;
-        p.serial_number = Some(rcgen::SerialNumber::from_slice(&serial()));
+        // No serial given: rcgen derives 20 bytes from the SHA-256 of the fresh (random) public
+        // key, unique and unpredictable as RFC 5280 asks.
         // Never past the CA's own end.
         let not_after = p.not_after.unix_timestamp().min(self.not_after);
         p.not_after = time(not_after)?;
@@ -164,7 +165,7 @@ impl Ca {
     }
 
     /// A member's certificate: server and client usage (etcd uses it for both client and peer
-    /// TLS), its instance id as the subject, its address (and private DNS name) as SANs.
+    /// TLS), its instance id as the subject, its address as a SAN.
     /// `extra_names` are further SANs every member carries (the load balancer's DNS name,
     /// through which clients reach any member).
     pub fn issue_member(
@@ -172,18 +173,16 @@ impl Ca {
         instance: &str,
         address: &str,
         extra_names: &[String],
-        days: i64,
+        secs: i64,
         now: Timestamp,
     ) -> Result<Issued, Error> {
-        let mut p = params(instance, now, now + days * 86_400)?;
+        let mut p = params(instance, now, now + secs)?;
         p.subject_alt_names = vec![san(address)?];
         for name in extra_names.iter().filter(|n| !n.is_empty()) {
             p.subject_alt_names.push(san(name)?);
         }
-        p.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
+        // ECDSA keys sign; key encipherment is for RSA key transport (RFC 5480).
+        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         p.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
@@ -220,17 +219,6 @@ pub fn san(name: &str) -> Result<SanType, Error> {
     }
 }
 
-/// 16 random bytes, positive (top bit clear), as RFC 5280 asks of serial numbers.
-fn serial() -> [u8; 16] {
-    let mut s = [0u8; 16];
-    for b in s.iter_mut() {
-        *b = fastrand::u8(..);
-    }
-    s[0] &= 0x7f;
-    s[0] |= 0x01;
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,7 +240,7 @@ mod tests {
                 "i-0abc",
                 "10.0.1.7",
                 &["etcd-nlb-123.elb.us-east-1.amazonaws.com".into()],
-                90,
+                90 * 86_400,
                 NOW,
             )
             .unwrap();
@@ -325,17 +313,21 @@ mod tests {
     fn nothing_outlives_the_ca_and_nothing_is_issued_by_an_expired_one() {
         let ca = Ca::generate("prod", NOW).unwrap();
         let late = ca.not_after - 86_400;
-        let m = ca.issue_member("i-1", "10.0.0.1", &[], 90, late).unwrap();
+        let m = ca
+            .issue_member("i-1", "10.0.0.1", &[], 90 * 86_400, late)
+            .unwrap();
         assert_eq!(m.not_after, ca.not_after);
         assert!(ca
-            .issue_member("i-1", "10.0.0.1", &[], 90, ca.not_after + 1)
+            .issue_member("i-1", "10.0.0.1", &[], 90 * 86_400, ca.not_after + 1)
             .is_err());
     }
 
     #[test]
     fn keys_never_show_in_debug_output() {
         let ca = Ca::generate("prod", NOW).unwrap();
-        let m = ca.issue_member("i-1", "10.0.0.1", &[], 1, NOW).unwrap();
+        let m = ca
+            .issue_member("i-1", "10.0.0.1", &[], 86_400, NOW)
+            .unwrap();
         for shown in [format!("{ca:?}"), format!("{m:?}")] {
             assert!(!shown.contains("PRIVATE KEY"), "{shown}");
             assert!(shown.contains("KeyPem(..)"));

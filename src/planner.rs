@@ -125,6 +125,9 @@ pub enum Replacement {
     /// It survived a cluster that was restored into a new generation: its etcd serves the old
     /// one (config of `token`), and a fresh instance joins the new one in its place.
     OldGeneration { token: String },
+    /// TLS=managed: its member certificate has less than a third of its life left; a fresh
+    /// instance gets a fresh certificate (no reload in place).
+    CertificateExpiring { not_after: Timestamp },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -521,9 +524,12 @@ fn without_cluster(
             return unreachable();
         };
         if !crate::backup::every_member_gone(obs) {
-            let Some(survivor) =
-                crate::backup::quorum_lost_for_good(obs, survivors, record.cluster_id)
-            else {
+            let Some(survivor) = crate::backup::quorum_lost_for_good(
+                obs,
+                survivors,
+                record.cluster_id,
+                &record.token,
+            ) else {
                 return unreachable();
             };
             // The survivor's data first, when no backup of this generation is as new.
@@ -1100,6 +1106,10 @@ impl<'a> Planner<'a> {
             }
         }
         out.extend(self.old_generation(change_under_way || !out.is_empty()));
+        let busy = change_under_way
+            || !out.is_empty()
+            || self.obs.instances.iter().any(|i| i.state.is_launching());
+        out.extend(self.expiring(busy));
         out.sort_by_key(|s| matches!(s, Step::Wait(_)));
         out
     }
@@ -1126,6 +1136,34 @@ impl<'a> Planner<'a> {
                 },
             })
         })
+    }
+
+    /// TLS=managed: the voter whose certificate ends first, once less than a third of its life
+    /// is left, is replaced; one at a time, only while every voter answers and nothing else
+    /// changes (a launching instance included).
+    fn expiring(&self, busy: bool) -> Option<Step> {
+        let life = self.settings.member_cert_secs?;
+        // A single voter is never rotated away: its replacement could not join first for sure.
+        if busy || self.view.voters().count() < 2 || !self.view.voters().all(|m| self.healthy(m)) {
+            return None;
+        }
+        self.view
+            .voters()
+            .filter_map(|m| {
+                let i = self
+                    .instance_of(m)
+                    .filter(|i| i.state == LifecycleState::InService && i.healthy)?;
+                if !self.removal_keeps_quorum(m) {
+                    return None;
+                }
+                let &not_after = self.obs.published.cert_not_after.get(&i.id)?;
+                (not_after - self.obs.now < life / 3).then_some((not_after, i.id.clone()))
+            })
+            .min()
+            .map(|(not_after, instance)| Step::Replace {
+                instance,
+                why: Replacement::CertificateExpiring { not_after },
+            })
     }
 
     /// A down-mark of a member that answers again (or has no member any more) goes at once, before

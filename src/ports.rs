@@ -113,10 +113,12 @@ pub trait Secrets: Send + Sync {
     /// Create-only: `AlreadyExists` when another invocation created the CA first.
     fn create_ca(&self, ca: &Ca) -> impl Future<Output = Result<Created, Error>> + Send;
     /// Create-only: a member keeps the material it was first given.
+    /// Its certificate's end is published beside it (in plain: the planner rotates by it).
     fn hand_out(
         &self,
         instance: &str,
         bundle: &KeyPem,
+        not_after: Timestamp,
     ) -> impl Future<Output = Result<Created, Error>> + Send;
     /// Deleting what is already gone succeeds.
     fn take_back(&self, instance: &str) -> impl Future<Output = Result<(), Error>> + Send;

@@ -364,6 +364,9 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                     let stats = meter.stats(started.elapsed());
                     let mut metrics = Metrics::observed(&obs, &plan.waits);
                     metrics.0.extend(counts.0.clone());
+                    if let Some(ca) = &self.ca {
+                        metrics.ca_days_left(ca.not_after, obs.now);
+                    }
                     let held_for_quorum = held_for_quorum(&plan.waits);
                     for w in &plan.waits {
                         if let Wait::LiveDataOverQuota { in_use, quota } = w {
@@ -513,6 +516,14 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                 })
             }
             Step::ReseedCluster { old, new } => {
+                // A restored generation's new seed must be able to read the snapshot: it is
+                // tagged for one instance, the seed that died.
+                if let Some(restore) = &new.restored_from {
+                    let store = self.backups.as_ref().ok_or_else(|| no_store(step))?;
+                    meter
+                        .aws(store.hand_over(&restore.snapshot.key, &new.seed))
+                        .await?;
+                }
                 let r = meter.aws(published.replace_cluster(old, new)).await?;
                 Ok(match r {
                     Created::Created => {
@@ -543,6 +554,8 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                         "etcd down too long on an in-service instance: marking it Unhealthy so the group replaces it"),
                     Replacement::OldGeneration { token } => warn!(%instance, old_token = %token,
                         "this instance survived a restore and serves the old generation: marking it Unhealthy so a fresh instance joins in its place"),
+                    Replacement::CertificateExpiring { not_after } => info!(%instance, not_after,
+                        "member certificate past two thirds of its life: marking the instance Unhealthy so a fresh one replaces it"),
                 }
                 meter.aws(self.group.set_unhealthy(instance)).await?;
                 Ok("marked-unhealthy")
@@ -669,11 +682,11 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                         instance,
                         address,
                         &pki.extra_sans,
-                        pki.member_cert_days,
+                        pki.member_cert_secs,
                         obs.now,
                     )?;
                     if meter
-                        .aws(published.hand_out(instance, &issued.bundle(ca)))
+                        .aws(published.hand_out(instance, &issued.bundle(ca), issued.not_after))
                         .await?
                         == Created::Created
                     {
@@ -712,10 +725,11 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                 settled(r, Refusal::MemberNotFound, "removed", "already-removed")
             }
             Step::Unpublish { instance } => {
-                meter.aws(published.unpublish(instance)).await?;
+                // The key material first: once the config is gone nothing plans this again.
                 if self.config.pki.is_some() {
                     meter.aws(published.take_back(instance)).await?;
                 }
+                meter.aws(published.unpublish(instance)).await?;
                 Ok("unpublished")
             }
             Step::Complete {

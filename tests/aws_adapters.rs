@@ -500,19 +500,22 @@ async fn the_ca_and_member_keys_are_kept_as_secure_strings_created_once() {
 
     // A member's bundle: SecureString, tagged for its instance, created once, deleted on removal.
     let issued = ca
-        .issue_member("i-00000001", "127.0.0.2", &[], 90, now)
+        .issue_member("i-00000001", "127.0.0.2", &[], 90 * 86_400, now)
         .unwrap();
     let bundle = issued.bundle(&ca);
     assert_eq!(
-        store.hand_out("i-00000001", &bundle).await.unwrap(),
+        store
+            .hand_out("i-00000001", &bundle, issued.not_after)
+            .await
+            .unwrap(),
         Created::Created
     );
     let other = ca
-        .issue_member("i-00000001", "127.0.0.2", &[], 90, now)
+        .issue_member("i-00000001", "127.0.0.2", &[], 90 * 86_400, now)
         .unwrap();
     assert_eq!(
         store
-            .hand_out("i-00000001", &other.bundle(&ca))
+            .hand_out("i-00000001", &other.bundle(&ca), other.not_after)
             .await
             .unwrap(),
         Created::AlreadyExists
@@ -539,10 +542,17 @@ async fn the_ca_and_member_keys_are_kept_as_secure_strings_created_once() {
         .unwrap();
     assert_eq!(tags.tag_list()[0].key(), INSTANCE_ARN_TAG);
     assert!(tags.tag_list()[0].value().ends_with("instance/i-00000001"));
-    // The published state ignores key material (and never decrypts it).
-    assert!(store.load().await.unwrap().members.is_empty());
+    // The published state ignores key material (and never decrypts it), and knows when the
+    // first certificate ends (the second hand-out changed nothing).
+    let state = store.load().await.unwrap();
+    assert!(state.members.is_empty());
+    assert_eq!(
+        state.cert_not_after.get("i-00000001"),
+        Some(&issued.not_after)
+    );
     store.take_back("i-00000001").await.unwrap();
     store.take_back("i-00000001").await.unwrap();
+    assert!(store.load().await.unwrap().cert_not_after.is_empty());
     assert!(ssm
         .get_parameter()
         .name(store.tls_name("i-00000001"))

@@ -363,7 +363,7 @@ async fn mutual_tls_with_the_certificates_the_function_issues() {
         .as_secs() as i64;
     let ca = Ca::generate("tls-test", now).unwrap();
     let member = ca
-        .issue_member("i-0tls", "127.0.0.1", &[], 90, now)
+        .issue_member("i-0tls", "127.0.0.1", &[], 90 * 86_400, now)
         .unwrap();
     let write = |name: &str, text: &str| {
         let p = d.join(name);

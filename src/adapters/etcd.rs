@@ -517,8 +517,8 @@ impl EtcdMembers {
 }
 
 impl EtcdMembers {
-    /// A voter that answers for itself (the maintenance status and its local member list need no
-    /// quorum), of the expected cluster.
+    /// A member that answers for itself (the maintenance status and its local member list need
+    /// no quorum), of the expected cluster.
     async fn survivor(
         &self,
         endpoint: &str,
@@ -544,15 +544,16 @@ impl EtcdMembers {
             )
             .await?;
         let me = list.header.member_id;
-        let voter = list.members.iter().any(|m| m.id == me && !m.is_learner);
-        if !voter
-            || status.header.member_id != me
-            || cluster.is_some_and(|c| c != list.header.cluster_id)
-        {
+        let Some(own) = list.members.iter().find(|m| m.id == me) else {
+            return Ok(None);
+        };
+        if status.header.member_id != me || cluster.is_some_and(|c| c != list.header.cluster_id) {
             return Ok(None);
         }
         Ok(Some(Survivor {
             member: MemberId(me),
+            name: own.name.clone(),
+            is_learner: own.is_learner,
             endpoint: endpoint.to_string(),
             cluster_id: list.header.cluster_id,
             status: MemberStatus::from(&status),

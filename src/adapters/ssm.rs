@@ -165,6 +165,11 @@ impl SsmParameters {
         format!("{}/tls/{instance}", self.prefix)
     }
 
+    /// When the instance's certificate ends, epoch seconds (plain: nothing secret).
+    pub fn cert_name(&self, instance: &str) -> String {
+        format!("{}/certs/{instance}", self.prefix)
+    }
+
     fn parse_record(name: &str, value: &str) -> Result<ClusterRecord, Error> {
         serde_json::from_str(value).map_err(|e| Error::BadParameter {
             name: name.to_string(),
@@ -178,6 +183,7 @@ impl ports::PublishedConfig for SsmParameters {
         let mut state = PublishedState::default();
         let members_path = format!("{}/members/", self.prefix);
         let down_path = format!("{}/down/", self.prefix);
+        let certs_path = format!("{}/certs/", self.prefix);
         let restore_request = format!("{}/restore-request", self.prefix);
         let cluster_name = self.cluster_name();
         let mut pages = self
@@ -205,6 +211,15 @@ impl ports::PublishedConfig for SsmParameters {
                         // Rewritten with the time it is next seen down.
                         Err(_) => {
                             tracing::warn!(parameter = name, value = %shown(value), "unreadable down-mark")
+                        }
+                    }
+                } else if let Some(instance) = name.strip_prefix(&certs_path) {
+                    match value.trim().parse() {
+                        Ok(end) => {
+                            state.cert_not_after.insert(instance.to_string(), end);
+                        }
+                        Err(_) => {
+                            tracing::warn!(parameter = name, value = %shown(value), "unreadable certificate end")
                         }
                     }
                 } else if let Some(instance) = name.strip_prefix(&members_path) {
@@ -353,7 +368,17 @@ impl ports::Secrets for SsmParameters {
     }
 
     /// Written, then tagged (fail closed, as configs).
-    async fn hand_out(&self, instance: &str, bundle: &KeyPem) -> Result<Created, Error> {
+    async fn hand_out(
+        &self,
+        instance: &str,
+        bundle: &KeyPem,
+        not_after: Timestamp,
+    ) -> Result<Created, Error> {
+        // Its end first (create-only, like the bundle): a bundle is never without one. A retry
+        // after a crash between the two issues a certificate seconds younger than noted, which
+        // only brings its rotation that much closer.
+        self.put(self.cert_name(instance), not_after.to_string(), false)
+            .await?;
         let name = self.tls_name(instance);
         let created = self
             .put_typed(
@@ -369,6 +394,7 @@ impl ports::Secrets for SsmParameters {
     }
 
     async fn take_back(&self, instance: &str) -> Result<(), Error> {
-        self.delete(self.tls_name(instance)).await
+        self.delete(self.tls_name(instance)).await?;
+        self.delete(self.cert_name(instance)).await
     }
 }

@@ -1146,6 +1146,8 @@ fn with_backups(mut g: Given) -> Given {
 fn survivor(n: u8, revision: i64, voters: &[u8]) -> Survivor {
     Survivor {
         member: id(n),
+        name: i(n),
+        is_learner: false,
         endpoint: format!("http://10.0.0.{n}:2379"),
         cluster_id: 7,
         status: MemberStatus {
@@ -1320,4 +1322,129 @@ fn survivors_of_an_old_generation_are_replaced_one_at_a_time_once_the_new_one_se
     let c = current.obs.published.members.get_mut(&i(1)).unwrap();
     c.config.token = "etcd-i-00000004".into();
     assert!(!matches!(current.plan(), Step::Replace { .. }));
+}
+
+// Rotation (TLS=managed): certificates renew by replacement.
+
+#[test]
+fn a_member_certificate_with_a_third_of_its_life_left_is_replaced_one_at_a_time() {
+    let life = 90 * 86_400;
+    let g = || {
+        let mut g = given((1..=3).map(|n| inst(n, InService)).collect())
+            .record(1)
+            .members((1..=3).map(voter).collect());
+        let mut s = settings();
+        s.member_cert_secs = Some(life);
+        g.settings = Some(s);
+        // 1 has most of its life; 2 and 3 are past two thirds, 3 ends first.
+        let now = g.obs.now;
+        for (n, left) in [(1, life / 2), (2, life / 3 - 10), (3, life / 3 - 20)] {
+            g.obs.published.cert_not_after.insert(i(n), now + left);
+        }
+        g
+    };
+    assert_eq!(
+        g().plan(),
+        Step::Replace {
+            instance: i(3),
+            why: Replacement::CertificateExpiring {
+                not_after: 1000 + life / 3 - 20
+            }
+        }
+    );
+    // Not while a voter is down, an instance is being replaced or launched, or TLS is off.
+    assert!(!matches!(g().unhealthy(1).plan(), Step::Replace { .. }));
+    let mut replacing = g();
+    replacing.obs.instances[0].healthy = false;
+    assert!(!matches!(
+        replacing.plan(),
+        Step::Replace {
+            why: Replacement::CertificateExpiring { .. },
+            ..
+        }
+    ));
+    let mut launching = g();
+    launching.obs.instances.push(inst(4, PendingWait));
+    assert!(!matches!(
+        launching.plan(),
+        Step::Replace {
+            why: Replacement::CertificateExpiring { .. },
+            ..
+        }
+    ));
+    let mut off = g();
+    off.settings = None;
+    assert!(!matches!(off.plan(), Step::Replace { .. }));
+    // Nothing near its end: nothing to do.
+    let mut fresh = g();
+    fresh.obs.published.cert_not_after.clear();
+    fresh
+        .obs
+        .published
+        .cert_not_after
+        .insert(i(3), 1000 + life / 2);
+    assert_eq!(fresh.plan(), Step::Idle);
+}
+
+#[test]
+fn survivors_restore_only_when_every_list_agrees_and_every_member_of_the_generation_answers() {
+    let base = |instances: Vec<Instance>, survivors: Vec<Survivor>| {
+        let mut g = with_backups(given(instances))
+            .record(1)
+            .some_config(1)
+            .some_config(2)
+            .survivors(survivors);
+        g.obs.backups = vec![backup_at(10)];
+        g
+    };
+    let unreachable = |g: &Given| matches!(g.plan(), Step::Wait(Wait::ClusterUnreachable { .. }));
+    // 1's list is stale ({1,2,3,4,5}: 3 of 5 gone), 2's is current ({1,2,3}: 2 of 3 remain, a
+    // quorum that comes back when the partition between them heals): no restore.
+    let g = base(
+        vec![inst(1, InService), inst(2, InService), inst(6, PendingWait)],
+        vec![
+            survivor(1, 50, &[1, 2, 3, 4, 5]),
+            survivor(2, 50, &[1, 2, 3]),
+        ],
+    );
+    assert!(unreachable(&g));
+    // A learner of this generation on a present instance that does not answer may hold newer
+    // data than the voters: wait.
+    let mut silent_learner = base(
+        vec![
+            inst(1, InService),
+            inst(2, PendingWait),
+            inst(6, PendingWait),
+        ],
+        vec![survivor(1, 50, &[1, 3, 4])],
+    );
+    let c = silent_learner.obs.published.members.get_mut(&i(2)).unwrap();
+    c.config.token = "etcd-i-00000001".into();
+    assert!(unreachable(&silent_learner));
+    // Once it answers and is the freshest, its data is what is kept.
+    let mut learner = survivor(2, 60, &[1, 3, 4]);
+    learner.is_learner = true;
+    let g = Given {
+        obs: Observation {
+            cluster: ClusterState::Unreachable {
+                detail: String::new(),
+                survivors: vec![survivor(1, 50, &[1, 3, 4]), learner],
+            },
+            ..silent_learner.obs.clone()
+        },
+        settings: silent_learner.settings.clone(),
+    };
+    assert!(matches!(g.plan(), Step::Backup { member, .. } if member == id(2)));
+}
+
+#[test]
+fn a_single_voter_is_never_rotated_away() {
+    let mut g = given(vec![inst(1, InService)])
+        .record(1)
+        .members(vec![voter(1)]);
+    let mut s = settings();
+    s.member_cert_secs = Some(3600);
+    g.settings = Some(s);
+    g.obs.published.cert_not_after.insert(i(1), 1000 + 10);
+    assert_eq!(g.plan(), Step::Idle);
 }

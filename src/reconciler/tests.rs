@@ -832,3 +832,45 @@ async fn a_partition_is_not_a_loss_and_manual_recovery_waits_for_the_operator() 
     );
     assert_eq!(world.world().record, before);
 }
+
+#[tokio::test]
+async fn a_restore_whose_seed_never_starts_hands_the_snapshot_to_the_next_seed() {
+    let world = three_member_cluster().await;
+    world.world().data = "precious".into();
+    let r = with_backups(&world);
+    r.handle(&schedule(), far()).await.unwrap();
+    {
+        let mut w = world.world();
+        w.instances.clear();
+        w.members.clear();
+        w.data.clear();
+        // The restoring seed's etcd never starts (a bad AMI, a failed download).
+        w.dead.insert("i-00000004".into());
+    }
+    for n in 4..=6 {
+        world.launch(n);
+    }
+    r.handle(&schedule(), far()).await.unwrap();
+    assert_eq!(
+        world.world().record.as_ref().map(|r| r.seed.clone()),
+        Some("i-00000004".into())
+    );
+    // Past the start timeout the seed is abandoned and another one restores.
+    world.world().now += 10_000;
+    for _ in 0..10 {
+        r.handle(&schedule(), far()).await.unwrap();
+        world.boot();
+        world.world().now += 5;
+    }
+    let w = world.world();
+    let seed = w.record.as_ref().unwrap().seed.clone();
+    assert_ne!(seed, "i-00000004");
+    assert!(
+        w.calls
+            .iter()
+            .any(|c| c.starts_with("hand-over") && c.ends_with(&format!("to {seed}"))),
+        "{:#?}",
+        w.calls
+    );
+    assert_eq!(w.data, "precious", "restored by the second seed");
+}

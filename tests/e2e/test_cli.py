@@ -72,8 +72,9 @@ def test_stack_settings_come_from_the_groups_tags(simulation):
     sim.wait_converged(1, label="bootstrap")
     env = sim.function.env
     tags = {"aws:cloudformation:stack-name": "prod-etcd"}
-    for var in ("LAUNCH_HOOK_NAME", "TERMINATE_HOOK_NAME", "PARAMETER_PREFIX", "ADDRESS_SOURCE"):
-        tags[f"etcd-asg-lifecycle:{var}"] = env[var]
+    for var in ("LAUNCH_HOOK_NAME", "TERMINATE_HOOK_NAME", "PARAMETER_PREFIX", "ADDRESS_SOURCE", "TLS"):
+        if var in env:
+            tags[f"etcd-asg-lifecycle:{var}"] = env[var]
     sim.asg.create_or_update_tags(Tags=[
         {"ResourceId": sim.group, "ResourceType": "auto-scaling-group", "Key": k, "Value": v,
          "PropagateAtLaunch": False} for k, v in tags.items()])
