@@ -113,6 +113,9 @@ def test_a_majority_lost_for_good_comes_back_from_the_survivors_newer_data(simul
     # etcd still answers for the old cluster.
     wait_for("the survivor replaced", 240,
              lambda: survivor not in {g["InstanceId"] for g in sim.group_instances()})
+    # Its instance leaves the group a moment before the simulation stops its etcd: until then
+    # that etcd would still answer for the old cluster.
+    wait_for("the survivor's etcd stopped", 30, lambda: sim.instances[survivor].proc is None)
     sim.cluster_id = None  # the restore founded a new cluster (id)
     sim.wait_converged(3, label="restored from the survivor", timeout=180)
     record = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
