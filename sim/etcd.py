@@ -129,7 +129,8 @@ def versions(client_url: str, timeout: float = 1.0) -> dict:
     """``GET /version``: this member's server version and the cluster version it sees,
     ``{"etcdserver": "3.5.1", "etcdcluster": "3.5.0"}``."""
     try:
-        with urllib.request.urlopen(f"{client_url}/version", timeout=timeout) as r:
+        context = _tls if client_url.startswith("https://") else None
+        with urllib.request.urlopen(f"{client_url}/version", timeout=timeout, context=context) as r:
             return json.loads(r.read())
     except (OSError, ValueError) as e:
         raise EtcdError(f"{client_url}/version: {e}") from None
