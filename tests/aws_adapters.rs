@@ -291,18 +291,23 @@ async fn group_instances_and_lifecycle_actions() {
     );
 }
 
+/// The SSM adapter under `prefix`, against moto, and a raw client to check what it wrote.
+async fn ssm_store(moto: &support::Moto, prefix: &str) -> (SsmParameters, aws_sdk_ssm::Client) {
+    let ssm = aws_sdk_ssm::Client::new(&sdk_at(&moto.endpoint).await);
+    let store = SsmParameters {
+        ssm: ssm.clone(),
+        prefix: prefix.into(),
+        instance_arn_prefix: "arn:aws:ec2:us-east-1:123456789012:instance/".into(),
+        kms_key_id: None,
+    };
+    (store, ssm)
+}
+
 #[tokio::test]
 async fn published_config_round_trips_through_ssm() {
     let dir = tempfile::tempdir().unwrap();
     let moto = support::Moto::start(dir.path());
-    let sdk = sdk_at(&moto.endpoint).await;
-    let ssm = aws_sdk_ssm::Client::new(&sdk);
-    let store = SsmParameters {
-        ssm: ssm.clone(),
-        prefix: "/etcd-asg-lifecycle/test".into(),
-        instance_arn_prefix: "arn:aws:ec2:us-east-1:123456789012:instance/".into(),
-        kms_key_id: None,
-    };
+    let (store, ssm) = ssm_store(&moto, "/etcd-asg-lifecycle/test").await;
     assert_eq!(store.load().await.unwrap(), Default::default());
 
     let record =
@@ -463,14 +468,7 @@ async fn the_ca_and_member_keys_are_kept_as_secure_strings_created_once() {
     use etcd_asg_lifecycle::ports::Secrets;
     let dir = tempfile::tempdir().unwrap();
     let moto = support::Moto::start(dir.path());
-    let sdk = sdk_at(&moto.endpoint).await;
-    let ssm = aws_sdk_ssm::Client::new(&sdk);
-    let store = SsmParameters {
-        ssm: ssm.clone(),
-        prefix: "/etcd-asg-lifecycle/pki".into(),
-        instance_arn_prefix: "arn:aws:ec2:us-east-1:123456789012:instance/".into(),
-        kms_key_id: None,
-    };
+    let (store, ssm) = ssm_store(&moto, "/etcd-asg-lifecycle/pki").await;
     let now = 1_800_000_000;
     // The first cold start creates the CA; every later one (and a racing one) reads that one.
     let ca = etcd_asg_lifecycle::adapters::cluster_ca(&store, "pki", now)
