@@ -102,8 +102,12 @@ class Delivery(threading.Thread):
                 self.dropped += 1
                 continue
             copies = 2 if self.rng.random() < self.chaos.duplicate else 1
+            # In EC2 an instance has its private address when its launch event fires; here the
+            # instances loop tags one a moment after moto launches it: a launch event waits for
+            # it (else a run with only events, no schedule, finds no instance to seed with).
+            settle = 1.0 if launch else 0.0
             for _ in range(copies):
-                self.push(e, self.rng.uniform(*self.chaos.delay))
+                self.push(e, max(settle, self.rng.uniform(*self.chaos.delay)))
 
     def run(self):
         next_schedule = time.monotonic() + self.schedule_every
