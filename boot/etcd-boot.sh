@@ -205,6 +205,9 @@ fetch_tls() {
     echo "ETCD_PEER_CERT_FILE=$TLS_DIR/member.crt"
     echo "ETCD_PEER_KEY_FILE=$TLS_DIR/member.key"
     echo "ETCD_PEER_TRUSTED_CA_FILE=$TLS_DIR/ca.crt"
+    # Once authentication is on, the function is root through tokens it signs with the CA's
+    # key; members verify them with the CA's certificate and sign none themselves.
+    echo "ETCD_AUTH_TOKEN=jwt,pub-key=$TLS_DIR/ca.crt,sign-method=ES256"
 }
 
 # Writes this member's published config, plus where to listen and store, to CONFIG_FILE. Only

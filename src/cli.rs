@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 
 use crate::model::{ClusterState, ClusterView, Instance, Member, Observation, Timestamp};
 use crate::planner::{Plan, Removal, Replacement, Step, Wait};
+use crate::ports::PrefixGrant;
 
 /// One row of `status`: an instance and its member, or a member no instance answers for.
 #[derive(Clone, PartialEq, Eq, Debug, serde::Serialize)]
@@ -397,6 +398,7 @@ pub fn explain_step(step: &Step) -> String {
         Step::Defragment { member, .. } => {
             format!("maintenance: member {member}'s database file is mostly free space: defragment it")
         }
+        Step::EnableAuth => "access: etcd's authentication is off (ETCD_AUTH=on): create the root user the function acts as and turn it on".into(),
         Step::Disarm(a) => format!(
             "maintenance: the data fits the quota again: disarm {} of member {}",
             a.kind, a.member
@@ -496,12 +498,49 @@ pub fn write_client_files(
     Ok(paths)
 }
 
-/// What `client-cert` prints: the files and an etcdctl line that uses them.
+/// What `client-cert --prefix P [--read-only]` asks of etcd, checked: refused with a reason
+/// naming the bad value (`--read-only` without `--prefix` is refused by the argument parser).
+pub fn prefix_grant(
+    user: &str,
+    prefix: Option<String>,
+    read_only: bool,
+    auth: bool,
+) -> Result<Option<PrefixGrant>, crate::Error> {
+    let bad = |value: &str, reason: &str| crate::Error::Config {
+        var: "--prefix".into(),
+        value: value.into(),
+        reason: reason.into(),
+    };
+    match prefix {
+        None if auth && user != crate::pki::ROOT_USER => Err(bad(
+            "",
+            "is needed: etcd's authentication is on (ETCD_AUTH), and a certificate naming a \
+             user with no role reaches no key",
+        )),
+        None => Ok(None),
+        Some(_) if user == crate::pki::ROOT_USER => {
+            Err(bad("", "cannot be given to root, which reaches everything"))
+        }
+        Some(p) if p.is_empty() || p.chars().any(char::is_control) => Err(bad(
+            &p,
+            "must be a non-empty key prefix without control characters (such as /app/)",
+        )),
+        Some(prefix) => Ok(Some(PrefixGrant {
+            user: user.to_string(),
+            prefix,
+            read_only,
+        })),
+    }
+}
+
+/// What `client-cert` prints: the files, what the user may reach, and an etcdctl line that uses
+/// them.
 pub fn client_cert_text(
     user: &str,
     files: &[std::path::PathBuf; 3],
     not_after: Timestamp,
     obs: &Observation,
+    grant: Option<&PrefixGrant>,
 ) -> String {
     let endpoints: Vec<String> = match &obs.cluster {
         ClusterState::Known(v) => v
@@ -515,10 +554,25 @@ pub fn client_cert_text(
     } else {
         endpoints.join(",")
     };
+    let (access, command) = match grant {
+        Some(g) => (
+            format!(
+                "etcd user {user} may {} keys starting with {:?}, and nothing else\n",
+                if g.read_only {
+                    "read"
+                } else {
+                    "read and write"
+                },
+                g.prefix
+            ),
+            format!("get {:?} --prefix", g.prefix),
+        ),
+        None => (String::new(), "endpoint health".to_string()),
+    };
     format!(
         "client certificate for etcd user {user} (valid until {not_after}, epoch seconds):\n  \
-         {}\n  {}\n  {} (private: hand it over as a secret)\n\n\
-         etcdctl --endpoints {endpoints} --cacert {} --cert {} --key {} endpoint health\n",
+         {}\n  {}\n  {} (private: hand it over as a secret)\n{access}\n\
+         etcdctl --endpoints {endpoints} --cacert {} --cert {} --key {} {command}\n",
         files[0].display(),
         files[1].display(),
         files[2].display(),
@@ -532,6 +586,33 @@ pub fn client_cert_text(
 mod tests {
     use super::*;
     use crate::model::{LifecycleState, MemberId, MemberStatus, PublishedState};
+
+    #[test]
+    fn a_prefix_grant_is_checked_and_its_range_ends_after_the_prefix() {
+        let g = prefix_grant("app", Some("/app/".into()), true, true)
+            .unwrap()
+            .unwrap();
+        assert!(g.read_only);
+        assert_eq!(g.range_end(), b"/app0".to_vec());
+        let top = PrefixGrant {
+            prefix: "a\u{7f}".into(),
+            ..g.clone()
+        };
+        assert_eq!(top.range_end(), b"a\x80".to_vec());
+        assert!(prefix_grant("app", None, false, false).unwrap().is_none());
+        assert!(prefix_grant("root", None, false, true).unwrap().is_none());
+        for (user, prefix, auth, needle) in [
+            ("app", None, true, "is needed"),
+            ("root", Some("/x/"), true, "root"),
+            ("app", Some(""), true, "non-empty"),
+            ("app", Some("/a\n"), false, "control"),
+        ] {
+            let e = prefix_grant(user, prefix.map(String::from), false, auth)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("--prefix") && e.contains(needle), "{e}");
+        }
+    }
 
     #[test]
     fn rows_join_instances_to_members_and_list_members_without_one() {
@@ -568,6 +649,7 @@ mod tests {
                 .into(),
                 alarms: vec![],
                 history_compacted: false,
+                auth_enabled: false,
             }),
             published: PublishedState::default(),
             backups: vec![],

@@ -130,6 +130,8 @@ pub struct Settings {
     /// TLS=managed: a member certificate's life; a member with less than a third of it left is
     /// replaced (certificates renew by replacement).
     pub member_cert_secs: Option<i64>,
+    /// ETCD_AUTH=on (TLS=managed): etcd's authentication is kept on.
+    pub etcd_auth: bool,
 }
 
 #[cfg(test)]
@@ -155,6 +157,7 @@ impl Settings {
             defrag_min_bytes: 100 << 20,
             backup: None,
             member_cert_secs: None,
+            etcd_auth: false,
         }
     }
 }
@@ -241,6 +244,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("MEMBER_CERT_SECS", "unset (tests only)"),
     ("PKI_KMS_KEY_ID", "unset (aws/ssm)"),
     ("ETCD_METRICS_PORT", "2381"),
+    ("ETCD_AUTH", "on with TLS=managed"),
     ("ETCD_CA_FILE", "unset"),
     ("ETCD_CERT_FILE", "unset"),
     ("ETCD_KEY_FILE", "unset"),
@@ -455,6 +459,17 @@ impl Config {
             )?,
         };
         let member_cert_secs = pki.as_ref().map(|p| p.member_cert_secs);
+        let etcd_auth =
+            match (get("ETCD_AUTH").as_deref(), &pki) {
+                (None | Some("on"), Some(_)) => true,
+                (None | Some("off"), _) => false,
+                (Some("on"), None) => return Err(bad(
+                    "ETCD_AUTH",
+                    "on",
+                    "needs TLS=managed: the function signs its root tokens with the cluster's CA",
+                )),
+                (Some(v), _) => return Err(bad("ETCD_AUTH", v, "must be 'on' or 'off'")),
+            };
         Ok(Self {
             group_name,
             launch_hook,
@@ -477,6 +492,7 @@ impl Config {
                     as i64,
                 backup,
                 member_cert_secs,
+                etcd_auth,
                 defrag_free_percent: number(&get, "DEFRAG_FREE_PERCENT", 50, 10, 95)?,
                 defrag_min_bytes: number(
                     &get,
@@ -615,6 +631,19 @@ mod tests {
 
     fn error_text(pairs: &[(&str, &str)]) -> String {
         Config::from_lookup(env(pairs)).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn etcd_auth_follows_managed_tls_unless_turned_off() {
+        let on =
+            |pairs: &[(&str, &str)]| Config::from_lookup(env(pairs)).unwrap().settings.etcd_auth;
+        assert!(!on(&[]));
+        assert!(on(&[("TLS", "managed")]));
+        assert!(!on(&[("TLS", "managed"), ("ETCD_AUTH", "off")]));
+        let e = error_text(&[("ETCD_AUTH", "on")]);
+        assert!(e.contains("ETCD_AUTH") && e.contains("TLS=managed"), "{e}");
+        let e = error_text(&[("TLS", "managed"), ("ETCD_AUTH", "yes")]);
+        assert!(e.contains("\"yes\"") && e.contains("'on' or 'off'"), "{e}");
     }
 
     #[test]

@@ -11,8 +11,8 @@ use crate::model::{
 };
 use crate::pki::{Ca, KeyPem};
 use crate::ports::{
-    Backups, Compacted, Completion, Created, Group, Lifecycle, Members, PublishedConfig, Secrets,
-    Snapshot, SnapshotFacts,
+    Backups, Compacted, Completion, Created, Group, Lifecycle, Members, PrefixGrant,
+    PublishedConfig, Secrets, Snapshot, SnapshotFacts,
 };
 use crate::reconciler::Reconciler;
 
@@ -283,6 +283,19 @@ impl<M: Members> Members for DryRun<M> {
 
     async fn transfer_leadership(&self, _leader: &str, to: MemberId) -> Result<(), Error> {
         self.refuse(format!("move leadership to {to}"));
+        Ok(())
+    }
+
+    async fn enable_auth(&self, _endpoint: &str) -> Result<(), Error> {
+        self.refuse("turn etcd's authentication on".into());
+        Ok(())
+    }
+
+    async fn grant_prefix(&self, _endpoint: &str, grant: &PrefixGrant) -> Result<(), Error> {
+        self.refuse(format!(
+            "grant {} the prefix {:?}",
+            grant.user, grant.prefix
+        ));
         Ok(())
     }
 }

@@ -21,6 +21,13 @@ pub enum Refusal {
     NoLeader,
     AlreadyCompacted,
     NoSpace,
+    /// The token's auth revision is not the store's (a serialized read demands it be equal).
+    AuthOldRevision,
+    /// Authentication is on and the request named no user.
+    UserEmpty,
+    UserNotFound,
+    /// A user or role of that name exists already.
+    AlreadyExists,
     Other,
 }
 
@@ -51,6 +58,12 @@ impl Refusal {
                 Refusal::AlreadyCompacted,
             ),
             ("database space exceeded", Refusal::NoSpace),
+            // 3.4: "revision of auth store is old"; 3.5: "revision in header is old".
+            ("revision of auth store is old", Refusal::AuthOldRevision),
+            ("revision in header is old", Refusal::AuthOldRevision),
+            ("user name is empty", Refusal::UserEmpty),
+            ("user name not found", Refusal::UserNotFound),
+            ("name already exists", Refusal::AlreadyExists),
         ];
         let lower = message.to_ascii_lowercase();
         KNOWN

@@ -41,6 +41,9 @@ pub struct World {
     pub live_bytes: u64,
     pub alarms: Vec<Alarm>,
     pub compacted: i64,
+    /// etcd's authentication, and the prefixes granted to users.
+    pub auth_enabled: bool,
+    pub grants: Vec<PrefixGrant>,
     /// The CA and each instance's TLS bundle (Secrets).
     pub ca: Option<crate::pki::Ca>,
     pub tls: BTreeMap<String, crate::pki::KeyPem>,
@@ -500,8 +503,8 @@ impl Members for Fake {
                     .map(|m| (m.id, w.db.get(&m.id).cloned().unwrap_or_default()))
                     .collect(),
                 alarms: w.alarms.clone(),
-                history_compacted: w.compacted > 0
-                    && w.compacted >= w.db.values().map(|s| s.revision).max().unwrap_or(0),
+                history_compacted: w.compacted > 0,
+                auth_enabled: w.auth_enabled,
             }),
             _ => ClusterState::unreachable("no endpoint answered"),
         }
@@ -626,6 +629,21 @@ impl Members for Fake {
         w.calls
             .push(format!("disarm {} {}", alarm.kind, alarm.member));
         w.alarms.retain(|a| a != alarm);
+        Ok(())
+    }
+
+    async fn enable_auth(&self, _endpoint: &str) -> Result<(), Error> {
+        let mut w = self.world();
+        w.calls.push("enable-auth".into());
+        w.auth_enabled = true;
+        Ok(())
+    }
+
+    async fn grant_prefix(&self, _endpoint: &str, grant: &PrefixGrant) -> Result<(), Error> {
+        let mut w = self.world();
+        w.calls
+            .push(format!("grant {} {}", grant.user, grant.prefix));
+        w.grants.push(grant.clone());
         Ok(())
     }
 

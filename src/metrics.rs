@@ -191,6 +191,7 @@ mod tests {
                 endpoint: String::new(),
                 alarms: vec![],
                 history_compacted: false,
+                auth_enabled: false,
             }),
             published: PublishedState::default(),
             backups: vec![],

@@ -189,6 +189,9 @@ pub struct ClusterView {
     /// Whether all history up to the current revision is compacted away. Asked only under a
     /// NOSPACE alarm (writes stop then, so the revision stands still); false otherwise.
     pub history_compacted: bool,
+    /// Whether etcd's authentication is on (asked only when the function holds root tokens,
+    /// TLS=managed; false otherwise).
+    pub auth_enabled: bool,
 }
 
 /// One member's own status: its database file and how much of it is in use, its version, and

@@ -21,9 +21,16 @@ use crate::model::Timestamp;
 pub const CA_DAYS: i64 = 3650;
 /// The function's own client certificate: a day (it is issued again at every cold start).
 pub const FUNCTION_CERT_SECS: i64 = 86_400;
-/// The etcd user the function's certificate names: membership and maintenance calls need it once
-/// authentication is on.
+/// etcd's administrator: the user the function's tokens name once authentication is on
+/// (membership, snapshots, defragmentation and user management need it).
 pub const ROOT_USER: &str = "root";
+/// The auth revision a root token carries. etcd refuses a token older than its auth store (a
+/// permission changed since it was issued); root's permissions never change, so the function's
+/// tokens claim a revision no store reaches (2^53, exact in the JSON number etcd reads).
+/// Serialized reads compare the revision for equality: see `EtcdMembers::compacted_up_to`.
+pub const ROOT_TOKEN_REVISION: u64 = 1 << 53;
+/// A root token's life: one is signed for every request.
+const ROOT_TOKEN_SECS: i64 = 300;
 
 /// A private key in PEM. Shown as `KeyPem(..)`: never printed.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -190,6 +197,27 @@ impl Ca {
         self.sign(p, now)
     }
 
+    /// The token signer for `root` (see `RootTokens`).
+    pub fn root_tokens(&self) -> Result<RootTokens, Error> {
+        let key = KeyPair::from_pem(self.key_pem.expose()).map_err(pki("reading the CA key"))?;
+        Ok(RootTokens {
+            key: jsonwebtoken::EncodingKey::from_ec_der(&key.serialize_der()),
+        })
+    }
+
+    /// The function's own client certificate: no common name, because etcd's JSON gateway
+    /// refuses a certificate with one once authentication is on (it would not act as that user);
+    /// the function is `root` through its tokens instead.
+    pub fn issue_function(&self, secs: i64, now: Timestamp) -> Result<Issued, Error> {
+        let mut p = params("", now, now + secs)?;
+        p.distinguished_name = DistinguishedName::new();
+        p.distinguished_name
+            .push(DnType::OrganizationName, "etcd-asg-lifecycle function");
+        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.sign(p, now)
+    }
+
     /// A client certificate for etcd user `user` (etcd takes the user from the common name).
     pub fn issue_client(&self, user: &str, secs: i64, now: Timestamp) -> Result<Issued, Error> {
         if user.is_empty()
@@ -206,6 +234,49 @@ impl Ca {
         p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         self.sign(p, now)
+    }
+}
+
+/// The function's credential for etcd's authentication: tokens it signs itself for `root`, with
+/// the CA's key, which members verify with the CA's certificate
+/// (`ETCD_AUTH_TOKEN=jwt,pub-key=<ca.crt>,sign-method=ES256`, verify-only: members sign none).
+///
+/// Why tokens and not the certificate's common name: the function speaks etcd's JSON gateway,
+/// which does not take the user from a client certificate, and refuses certificates with a
+/// common name at all once authentication is on. Why the CA's key: whoever holds it can already
+/// issue a `root` client certificate, so signing tokens with it grants nothing new, adds no
+/// secret to keep, and needs no quorum (unlike etcd's own Authenticate, a raft write), so a
+/// survivor's snapshot can still be taken when the quorum is lost.
+pub struct RootTokens {
+    key: jsonwebtoken::EncodingKey,
+}
+
+impl fmt::Debug for RootTokens {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RootTokens(..)")
+    }
+}
+
+#[derive(Serialize)]
+struct Claims<'a> {
+    username: &'a str,
+    revision: u64,
+    exp: i64,
+}
+
+impl RootTokens {
+    /// A token for `root`, valid `ROOT_TOKEN_SECS` from `now`.
+    pub fn token(&self, now: Timestamp) -> Result<String, Error> {
+        let claims = Claims {
+            username: ROOT_USER,
+            revision: ROOT_TOKEN_REVISION,
+            exp: now + ROOT_TOKEN_SECS,
+        };
+        let header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+        jsonwebtoken::encode(&header, &claims, &self.key).map_err(|e| Error::Pki {
+            what: "signing a root token",
+            detail: e.to_string(),
+        })
     }
 }
 
@@ -337,5 +408,44 @@ mod tests {
         let back: Ca = serde_json::from_str(&kept).unwrap();
         assert_eq!(back, ca);
         assert!(back.issue_client("root", 60, NOW).is_ok());
+    }
+
+    #[test]
+    fn root_tokens_verify_with_the_ca_certificate_and_name_root() {
+        let ca = Ca::generate("prod", NOW).unwrap();
+        let token = ca.root_tokens().unwrap().token(NOW).unwrap();
+        // Members verify with the public key in the CA's certificate (pub-key=ca.crt).
+        let der = parse(&ca.cert_pem);
+        let (_, x) = X509Certificate::from_der(&der).unwrap();
+        let point = x.public_key().subject_public_key.data.to_vec();
+        let key = jsonwebtoken::DecodingKey::from_ec_der(&point);
+        let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+        v.validate_exp = false;
+        v.required_spec_claims.clear();
+        let t = jsonwebtoken::decode::<serde_json::Value>(&token, &key, &v).unwrap();
+        assert_eq!(t.claims["username"], "root");
+        assert_eq!(t.claims["revision"], ROOT_TOKEN_REVISION);
+        assert_eq!(t.claims["exp"], NOW + ROOT_TOKEN_SECS);
+        // Another CA's certificate does not verify it.
+        let other = Ca::generate("prod", NOW).unwrap();
+        let der = parse(&other.cert_pem);
+        let (_, o) = X509Certificate::from_der(&der).unwrap();
+        let key = jsonwebtoken::DecodingKey::from_ec_der(&o.public_key().subject_public_key.data);
+        assert!(jsonwebtoken::decode::<serde_json::Value>(&token, &key, &v).is_err());
+        assert_eq!(format!("{:?}", ca.root_tokens().unwrap()), "RootTokens(..)");
+    }
+
+    #[test]
+    fn the_function_certificate_has_no_common_name() {
+        let ca = Ca::generate("prod", NOW).unwrap();
+        let c = ca.issue_function(FUNCTION_CERT_SECS, NOW).unwrap();
+        let der = parse(&c.cert_pem);
+        let (_, x) = X509Certificate::from_der(&der).unwrap();
+        assert_eq!(x.subject().iter_common_name().count(), 0);
+        let eku = x.extended_key_usage().unwrap().unwrap().value;
+        assert!(eku.client_auth && !eku.server_auth);
+        let ca_der = parse(&ca.cert_pem);
+        let (_, cax) = X509Certificate::from_der(&ca_der).unwrap();
+        x.verify_signature(Some(cax.public_key())).unwrap();
     }
 }

@@ -94,6 +94,8 @@ pub enum Step {
     },
     /// Deactivate an alarm once its cause is gone.
     Disarm(Alarm),
+    /// Turn etcd's authentication on (ETCD_AUTH=on): the cluster serves and it is off.
+    EnableAuth,
     /// Stream a snapshot of `member` into the backup store.
     Backup {
         member: MemberId,
@@ -270,6 +272,7 @@ impl Step {
             Self::Compact { .. } => "compact",
             Self::Defragment { .. } => "defragment",
             Self::Disarm(_) => "disarm-alarm",
+            Self::EnableAuth => "enable-auth",
             Self::Backup { .. } => "backup",
             Self::Prune { .. } => "prune-backup",
             Self::Restore { .. } => "restore",

@@ -168,6 +168,41 @@ pub trait Members: Send + Sync {
         leader_endpoint: &str,
         to: MemberId,
     ) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Turns etcd's authentication on: the `root` user (no password: the function is root
+    /// through tokens) with the `root` role, then auth enable. Each part may already be done.
+    fn enable_auth(&self, endpoint: &str) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Lets etcd user `user` (a client certificate's common name) read, or read and write, the
+    /// keys under `prefix`: a role of the user's name holding that permission, granted to it.
+    fn grant_prefix(
+        &self,
+        endpoint: &str,
+        grant: &PrefixGrant,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+}
+
+/// What `grant_prefix` gives a user.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct PrefixGrant {
+    pub user: String,
+    pub prefix: String,
+    pub read_only: bool,
+}
+
+impl PrefixGrant {
+    /// The first key after every key under the prefix (etcd's `range_end`): the prefix with its
+    /// last byte below 0xff incremented, the bytes after it dropped; empty (no end) if there is
+    /// none.
+    pub fn range_end(&self) -> Vec<u8> {
+        let mut end = self.prefix.as_bytes().to_vec();
+        while let Some(last) = end.pop() {
+            if last < 0xff {
+                end.push(last + 1);
+                return end;
+            }
+        }
+        // All 0xff (or empty): to the end of the keyspace, which etcd spells as "\0".
+        vec![0]
+    }
 }
 
 /// The next chunk of a snapshot, or `None` at its end.

@@ -664,6 +664,11 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                 meter.etcd(members.disarm(&endpoint(None)?, alarm)).await?;
                 Ok("disarmed")
             }
+            Step::EnableAuth => {
+                meter.etcd(members.enable_auth(&endpoint(None)?)).await?;
+                info!("etcd authentication on: clients need a certificate naming a user with a role (etcd-asg client-cert USER --prefix P); the function acts as root");
+                Ok("auth-enabled")
+            }
             Step::Publish { instance, config } => {
                 // Its certificate first: the boot script fetches it once the config is there.
                 if let Some(pki) = &self.config.pki {

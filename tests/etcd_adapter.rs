@@ -351,17 +351,20 @@ async fn client_certificates_when_etcd_requires_them() {
 /// TLS=managed against a real etcd: a member certificate the function's CA issued (client and
 /// peer TLS, client certificates required), the function's own certificate, and every client
 /// without one of the CA's certificates refused. The plain metrics listener serves health only.
-#[tokio::test]
-async fn mutual_tls_with_the_certificates_the_function_issues() {
-    use etcd_asg_lifecycle::adapters::own_identity;
-    use etcd_asg_lifecycle::pki::Ca;
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let ca = Ca::generate("tls-test", now).unwrap();
+/// A one-member cluster configured as a published config and the boot script have it under
+/// TLS=managed, with a certificate from `ca`, files in `d`.
+struct ManagedMember {
+    _etcd: support::Proc,
+    peer: String,
+    client: String,
+    metrics: String,
+}
+
+fn managed_member(
+    d: &std::path::Path,
+    ca: &etcd_asg_lifecycle::pki::Ca,
+    now: i64,
+) -> ManagedMember {
     let member = ca
         .issue_member("i-0tls", "127.0.0.1", &[], 90 * 86_400, now)
         .unwrap();
@@ -396,8 +399,42 @@ async fn mutual_tls_with_the_certificates_the_function_issues() {
         .env("ETCD_PEER_CERT_FILE", &cert_file)
         .env("ETCD_PEER_KEY_FILE", &key_file)
         .env("ETCD_PEER_TRUSTED_CA_FILE", &ca_file)
-        .env("ETCD_PEER_CLIENT_CERT_AUTH", "true");
-    let _etcd = support::Proc::spawn("etcd-managed-tls", &mut cmd, &d.join("etcd.log"));
+        .env("ETCD_PEER_CLIENT_CERT_AUTH", "true")
+        // As the boot script has it: root tokens signed with the CA's key.
+        .env(
+            "ETCD_AUTH_TOKEN",
+            format!("jwt,pub-key={ca_file},sign-method=ES256"),
+        );
+    let etcd = support::Proc::spawn("etcd-managed-tls", &mut cmd, &d.join("etcd.log"));
+    ManagedMember {
+        _etcd: etcd,
+        peer,
+        client,
+        metrics,
+    }
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+#[tokio::test]
+async fn mutual_tls_with_the_certificates_the_function_issues() {
+    use etcd_asg_lifecycle::adapters::own_identity;
+    use etcd_asg_lifecycle::pki::Ca;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let now = now();
+    let ca = Ca::generate("tls-test", now).unwrap();
+    let ManagedMember {
+        _etcd,
+        peer,
+        client,
+        metrics,
+    } = managed_member(d, &ca, now);
 
     let function = EtcdMembers::new(
         Duration::from_secs(3),
@@ -459,4 +496,192 @@ async fn mutual_tls_with_the_certificates_the_function_issues() {
     let health = plain.get(format!("{metrics}/health")).send().await.unwrap();
     assert_eq!(health.status().as_u16(), 200);
     assert_ne!(status(plain, metrics.clone()).await, Some(200));
+}
+
+/// etcdctl (gRPC: it takes the user from the certificate's common name) as etcd user `user`,
+/// with a client certificate of `ca` written into `d`. Its output, or its error text.
+fn etcdctl(
+    d: &std::path::Path,
+    ca: &etcd_asg_lifecycle::pki::Ca,
+    user: &str,
+    endpoint: &str,
+    args: &[&str],
+) -> Result<String, String> {
+    let cert = ca.issue_client(user, 3600, now()).unwrap();
+    let write = |name: String, text: &str| {
+        let p = d.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let ca_file = write("ctl-ca.crt".into(), &ca.cert_pem);
+    let cert_file = write(format!("{user}.crt"), &cert.cert_pem);
+    let key_file = write(format!("{user}.key"), cert.key_pem.expose());
+    let bin = std::path::Path::new(&support::etcd_bin()).with_file_name("etcdctl");
+    let out = std::process::Command::new(bin)
+        .env_clear()
+        .env("ETCDCTL_API", "3")
+        .args(["--endpoints", endpoint, "--dial-timeout", "3s"])
+        .args(["--command-timeout", "5s"])
+        .args([
+            "--cacert", &ca_file, "--cert", &cert_file, "--key", &key_file,
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
+    if out.status.success() {
+        Ok(text(&out.stdout))
+    } else {
+        Err(format!("{} {}", text(&out.stdout), text(&out.stderr)))
+    }
+}
+
+/// etcd's authentication as the function runs it: turned on through the JSON gateway with root
+/// tokens signed by the CA's key (members verify them with the CA's certificate); every call the
+/// reconciler makes keeps working; a client certificate for a user of one prefix reaches that
+/// prefix only, and is refused on every membership, snapshot, defragment and user call.
+#[tokio::test]
+async fn authentication_root_tokens_and_a_prefix_limited_client() {
+    use etcd_asg_lifecycle::adapters::own_identity;
+    use etcd_asg_lifecycle::pki::Ca;
+    use etcd_asg_lifecycle::ports::PrefixGrant;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let now = now();
+    let ca = Ca::generate("auth-test", now).unwrap();
+    let m = managed_member(d, &ca, now);
+    let identity = own_identity(&ca, now).unwrap();
+    let function = EtcdMembers::new(Duration::from_secs(3), Some(&identity))
+        .unwrap()
+        .with_root(ca.root_tokens().unwrap());
+    let endpoints = [m.client.clone()];
+    let v = eventually("etcd over mutual TLS", 30, || async {
+        match function.observe(&endpoints, None).await {
+            ClusterState::Known(v) if v.leader.is_some() => Some(v),
+            _ => None,
+        }
+    })
+    .await;
+    assert!(!v.auth_enabled);
+
+    function.enable_auth(&m.client).await.unwrap();
+    // Again: each part finds itself done.
+    function.enable_auth(&m.client).await.unwrap();
+    let v = known(function.observe(&endpoints, None).await);
+    assert!(v.auth_enabled, "the probe sees authentication on");
+    assert!(v.healthy.contains(&v.members[0].id));
+
+    // Root's keys, written with a root certificate over gRPC (common-name authentication).
+    etcdctl(d, &ca, "root", &m.client, &["put", "/app/config", "1"]).unwrap();
+    etcdctl(d, &ca, "root", &m.client, &["put", "/other/secret", "2"]).unwrap();
+    for (user, read_only) in [("app", false), ("reader", true)] {
+        let grant = PrefixGrant {
+            user: user.into(),
+            prefix: "/app/".into(),
+            read_only,
+        };
+        function.grant_prefix(&m.client, &grant).await.unwrap();
+        // Granting again changes nothing and fails nothing.
+        function.grant_prefix(&m.client, &grant).await.unwrap();
+    }
+
+    let app = |args: &[&str]| etcdctl(d, &ca, "app", &m.client, args);
+    assert_eq!(
+        app(&["get", "/app/config", "--print-value-only"]).unwrap(),
+        "1"
+    );
+    app(&["put", "/app/new", "x"]).unwrap();
+    let reader = |args: &[&str]| etcdctl(d, &ca, "reader", &m.client, args);
+    assert_eq!(
+        reader(&["get", "/app/new", "--print-value-only"]).unwrap(),
+        "x"
+    );
+    let denied = |r: Result<String, String>, what: &str| {
+        let e = r.expect_err(what);
+        assert!(
+            e.contains("permission denied") || e.contains("user name not found"),
+            "{what}: {e}"
+        );
+    };
+    denied(reader(&["put", "/app/new", "y"]), "a read-only user writes");
+    denied(app(&["get", "/other/secret"]), "a read outside the prefix");
+    denied(
+        app(&["put", "/other/secret", "3"]),
+        "a write outside the prefix",
+    );
+    denied(app(&["get", "", "--from-key"]), "a read of everything");
+    // Membership, maintenance and access control: root's alone.
+    let id = format!("{:x}", v.members[0].id.0);
+    let peer = "https://127.0.0.1:1";
+    for (args, what) in [
+        (
+            vec!["member", "add", "x", "--peer-urls", peer, "--learner"],
+            "member add",
+        ),
+        (vec!["member", "remove", &id], "member remove"),
+        (vec!["member", "promote", &id], "member promote"),
+        (
+            vec!["member", "update", &id, "--peer-urls", &m.peer],
+            "member update",
+        ),
+        (vec!["defrag"], "defragment"),
+        (vec!["endpoint", "hashkv"], "hash"),
+        (vec!["user", "add", "eve", "--no-password"], "user add"),
+        (
+            vec!["role", "grant-permission", "app", "readwrite", "/"],
+            "role grant",
+        ),
+        (vec!["auth", "disable"], "auth disable"),
+    ] {
+        denied(app(&args), what);
+    }
+    let snapshot = d.join("stolen.db");
+    denied(
+        app(&["snapshot", "save", snapshot.to_str().unwrap()]),
+        "snapshot",
+    );
+    assert!(!snapshot.exists() || std::fs::metadata(&snapshot).unwrap().len() == 0);
+    // The JSON gateway refuses any certificate with a common name once authentication is on:
+    // it cannot act as that user.
+    let app_cert = ca.issue_client("app", 3600, now).unwrap();
+    let gateway = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.cert_pem.as_bytes()).unwrap())
+        .identity(
+            reqwest::Identity::from_pem(
+                format!("{}{}", app_cert.cert_pem, app_cert.key_pem.expose()).as_bytes(),
+            )
+            .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let r = gateway
+        .post(format!("{}/v3/kv/range", m.client))
+        .body(r#"{"key":"L290aGVyL3NlY3JldA=="}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+
+    // Everything the reconciler does still works as root, through the gateway.
+    let learner = function
+        .add_learner(&m.client, "https://127.0.0.1:2")
+        .await
+        .unwrap();
+    function.remove(&m.client, learner).await.unwrap();
+    let revision = v.statuses.values().next().unwrap().revision + 2;
+    function.compact(&m.client, revision).await.unwrap();
+    function.defragment(&m.client).await.unwrap();
+    let mut snapshot = function.snapshot(&m.client).await.unwrap();
+    let mut bytes = 0;
+    while let Some(chunk) = snapshot.next_chunk().await.unwrap() {
+        bytes += chunk.len();
+    }
+    assert!(bytes > 0);
+    // Without the root tokens the same certificate reads membership but changes nothing.
+    let tokenless = EtcdMembers::new(Duration::from_secs(3), Some(&identity)).unwrap();
+    let e = tokenless
+        .add_learner(&m.client, "https://127.0.0.1:3")
+        .await
+        .unwrap_err();
+    assert_eq!(e.refusal(), Some(Refusal::UserEmpty), "{e}");
 }

@@ -11,7 +11,8 @@ use tokio::task::JoinSet;
 use crate::config::TlsFiles;
 use crate::error::{Error, Refusal};
 use crate::model::{Alarm, ClusterState, ClusterView, Member, MemberId, MemberStatus, Survivor};
-use crate::ports::{Compacted, Members, NextChunk, Snapshot, SnapshotStream};
+use crate::pki::RootTokens;
+use crate::ports::{Compacted, Members, NextChunk, PrefixGrant, Snapshot, SnapshotStream};
 
 /// A health probe is one status call: it gets less time than a membership change.
 const HEALTH_TIMEOUT: Duration = Duration::from_millis(1000);
@@ -24,6 +25,11 @@ pub struct EtcdMembers {
     client: reqwest::Client,
     /// The last endpoint that answered as a voter: asked first next time.
     preferred: Mutex<Option<String>>,
+    /// TLS=managed: the function is etcd's `root` through tokens it signs (see `RootTokens`).
+    root: Option<RootTokens>,
+    /// The highest revision this process compacted to: what `compacted_up_to` answers when
+    /// etcd's authentication keeps it from reading the history.
+    compacted_to: Mutex<i64>,
 }
 
 /// etcd sends every 64-bit integer as a JSON string; accept a bare number too.
@@ -156,6 +162,7 @@ async fn call<T: DeserializeOwned>(
     path: &str,
     body: Value,
     timeout: Option<Duration>,
+    token: Option<&str>,
 ) -> Result<T, Error> {
     let unavailable = |e: reqwest::Error| Error::EtcdUnavailable {
         operation,
@@ -167,6 +174,9 @@ async fn call<T: DeserializeOwned>(
         .json(&body);
     if let Some(t) = timeout {
         request = request.timeout(t);
+    }
+    if let Some(token) = token {
+        request = request.header(reqwest::header::AUTHORIZATION, token);
     }
     let response = request.send().await.map_err(unavailable)?;
     let status = response.status();
@@ -250,7 +260,23 @@ impl EtcdMembers {
         Ok(Self {
             client,
             preferred: Mutex::new(None),
+            root: None,
+            compacted_to: Mutex::new(0),
         })
+    }
+
+    /// Acts as etcd's `root` from now on, with tokens signed by `tokens`.
+    pub fn with_root(mut self, tokens: RootTokens) -> Self {
+        self.root = Some(tokens);
+        self
+    }
+
+    /// A fresh root token, if the function holds the signer.
+    fn token(&self) -> Result<Option<String>, Error> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        self.root.as_ref().map(|r| r.token(now)).transpose()
     }
 
     async fn call<T: DeserializeOwned>(
@@ -261,7 +287,17 @@ impl EtcdMembers {
         body: Value,
         timeout: Option<Duration>,
     ) -> Result<T, Error> {
-        call(&self.client, operation, endpoint, path, body, timeout).await
+        let token = self.token()?;
+        call(
+            &self.client,
+            operation,
+            endpoint,
+            path,
+            body,
+            timeout,
+            token.as_deref(),
+        )
+        .await
     }
 
     /// A membership call whose answer carries nothing we need.
@@ -345,6 +381,8 @@ impl EtcdMembers {
                         path,
                         body,
                         Some(HEALTH_TIMEOUT),
+                        // A member's status needs no user: it answers for itself.
+                        None,
                     );
                     // Only the member itself counts: anything else answering at its URL (an
                     // address reused by another etcd) says nothing of its health.
@@ -402,12 +440,17 @@ impl EtcdMembers {
         } else {
             false
         };
+        let auth_enabled = match self.root {
+            Some(_) => self.auth_enabled(endpoint).await?,
+            None => false,
+        };
         Ok(ClusterView {
             cluster_id: list.header.cluster_id,
             members,
             statuses,
             alarms,
             history_compacted,
+            auth_enabled,
             leader: Some(leader),
             healthy,
             endpoint: endpoint.to_string(),
@@ -511,7 +554,41 @@ impl EtcdMembers {
         {
             Ok(_) => Ok(false),
             Err(e) if e.refusal() == Some(Refusal::AlreadyCompacted) => Ok(true),
+            // With authentication on, a read demands the store's exact auth revision, which
+            // root tokens do not carry (etcd 3.4 cannot tell it): answer from this process's
+            // own compaction instead. A cold start forgets it and compacts again, which etcd
+            // answers at once (compacting to a compacted revision is refused as compacted).
+            Err(e) if e.refusal() == Some(Refusal::AuthOldRevision) => {
+                Ok(*self.compacted_to.lock().unwrap() >= revision)
+            }
             Err(e) => Err(e),
+        }
+    }
+
+    /// Whether etcd's authentication is on: a user lookup without a token is refused for naming
+    /// no user only then (3.4 has no auth status call).
+    async fn auth_enabled(&self, endpoint: &str) -> Result<bool, Error> {
+        let body = json!({"name": crate::pki::ROOT_USER});
+        let path = "/v3/auth/user/get";
+        match call::<Value>(&self.client, "auth probe", endpoint, path, body, None, None).await {
+            Ok(_) => Ok(false),
+            Err(e) if e.refusal() == Some(Refusal::UserNotFound) => Ok(false),
+            Err(e) if e.refusal() == Some(Refusal::UserEmpty) => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// An auth call that may find its work done already (the user or role exists).
+    async fn ensure(
+        &self,
+        operation: &'static str,
+        endpoint: &str,
+        path: &str,
+        body: Value,
+    ) -> Result<(), Error> {
+        match self.act(operation, endpoint, path, body).await {
+            Err(e) if e.refusal() == Some(Refusal::AlreadyExists) => Ok(()),
+            r => r,
         }
     }
 }
@@ -637,11 +714,14 @@ impl Members for EtcdMembers {
         let r = self
             .act("compact", endpoint, "/v3/kv/compaction", body)
             .await;
-        match r {
-            Ok(()) => Ok(Compacted::Now),
-            Err(e) if e.refusal() == Some(Refusal::AlreadyCompacted) => Ok(Compacted::Already),
-            Err(e) => Err(e),
-        }
+        let r = match r {
+            Ok(()) => Compacted::Now,
+            Err(e) if e.refusal() == Some(Refusal::AlreadyCompacted) => Compacted::Already,
+            Err(e) => return Err(e),
+        };
+        let mut to = self.compacted_to.lock().unwrap();
+        *to = (*to).max(revision);
+        Ok(r)
     }
 
     /// Defragments the member `endpoint` belongs to (and only it): it blocks reads and writes on
@@ -660,18 +740,19 @@ impl Members for EtcdMembers {
 
     async fn snapshot(&self, endpoint: &str) -> Result<Snapshot, Error> {
         let url = format!("{}/v3/maintenance/snapshot", endpoint.trim_end_matches('/'));
-        let response = self
+        let mut request = self
             .client
             .post(url)
             .json(&json!({}))
-            .timeout(SNAPSHOT_TIMEOUT)
-            .send()
-            .await
-            .map_err(|e| Error::EtcdUnavailable {
-                operation: "snapshot",
-                endpoint: endpoint.to_string(),
-                source: Box::new(e),
-            })?;
+            .timeout(SNAPSHOT_TIMEOUT);
+        if let Some(token) = self.token()? {
+            request = request.header(reqwest::header::AUTHORIZATION, token);
+        }
+        let response = request.send().await.map_err(|e| Error::EtcdUnavailable {
+            operation: "snapshot",
+            endpoint: endpoint.to_string(),
+            source: Box::new(e),
+        })?;
         if !response.status().is_success() {
             return Err(Error::EtcdProtocol {
                 operation: "snapshot",
@@ -700,6 +781,50 @@ impl Members for EtcdMembers {
         let body = json!({"targetID": to.0.to_string()});
         let path = "/v3/maintenance/transfer-leadership";
         self.act("transfer leadership", leader_endpoint, path, body)
+            .await
+    }
+
+    async fn enable_auth(&self, endpoint: &str) -> Result<(), Error> {
+        let root = crate::pki::ROOT_USER;
+        let user = json!({"name": root, "options": {"no_password": true}});
+        self.ensure("auth user add", endpoint, "/v3/auth/user/add", user)
+            .await?;
+        let grant = json!({"user": root, "role": root});
+        self.act("auth grant role", endpoint, "/v3/auth/user/grant", grant)
+            .await?;
+        self.act("auth enable", endpoint, "/v3/auth/enable", json!({}))
+            .await
+    }
+
+    async fn grant_prefix(&self, endpoint: &str, grant: &PrefixGrant) -> Result<(), Error> {
+        use base64::Engine;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let name = &grant.user;
+        self.ensure(
+            "auth role add",
+            endpoint,
+            "/v3/auth/role/add",
+            json!({"name": name}),
+        )
+        .await?;
+        let perm = json!({
+            "permType": if grant.read_only { "READ" } else { "READWRITE" },
+            "key": b64(grant.prefix.as_bytes()),
+            "range_end": b64(&grant.range_end()),
+        });
+        let body = json!({"name": name, "perm": perm});
+        self.act(
+            "auth grant permission",
+            endpoint,
+            "/v3/auth/role/grant",
+            body,
+        )
+        .await?;
+        let user = json!({"name": name, "options": {"no_password": true}});
+        self.ensure("auth user add", endpoint, "/v3/auth/user/add", user)
+            .await?;
+        let body = json!({"user": name, "role": name});
+        self.act("auth grant role", endpoint, "/v3/auth/user/grant", body)
             .await
     }
 }

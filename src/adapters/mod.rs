@@ -72,10 +72,24 @@ pub async fn connect(config: Config, aws: &aws_config::SdkConfig) -> Result<Live
             instance_arn_prefix: instance_arn_prefix.clone(),
         }),
         published,
-        members: etcd::EtcdMembers::new(config.etcd_timeout, client_tls.as_ref())?,
+        members: members(&config, client_tls.as_ref(), ca.as_ref())?,
         ca,
         config,
         clock,
+    })
+}
+
+/// The etcd adapter; with the cluster's CA, acting as `root` through tokens signed with it
+/// (whether or not ETCD_AUTH turns authentication on: once on, it stays on).
+fn members(
+    config: &Config,
+    tls: Option<&etcd::ClientTls>,
+    ca: Option<&Ca>,
+) -> Result<etcd::EtcdMembers, Error> {
+    let members = etcd::EtcdMembers::new(config.etcd_timeout, tls)?;
+    Ok(match ca {
+        Some(ca) => members.with_root(ca.root_tokens()?),
+        None => members,
     })
 }
 
@@ -118,7 +132,7 @@ pub async fn cluster_ca(
 
 /// The function's own client identity for etcd, from its CA: the `root` user, valid a day.
 pub fn own_identity(ca: &Ca, now: Timestamp) -> Result<etcd::ClientTls, Error> {
-    let issued = ca.issue_client(crate::pki::ROOT_USER, crate::pki::FUNCTION_CERT_SECS, now)?;
+    let issued = ca.issue_function(crate::pki::FUNCTION_CERT_SECS, now)?;
     Ok(etcd::ClientTls {
         ca_pem: ca.cert_pem.clone().into_bytes(),
         identity_pem: format!("{}{}", issued.cert_pem, issued.key_pem.expose()).into(),

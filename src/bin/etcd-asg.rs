@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use etcd_asg_lifecycle::adapters::{self, autoscaling::settings_of_stack};
-use etcd_asg_lifecycle::ports::{Backups, PublishedConfig};
+use etcd_asg_lifecycle::ports::{Backups, Members, PublishedConfig};
 use etcd_asg_lifecycle::{cli, dry_run, event, Config, Error, Response};
 
 /// Show and explain what etcd-asg-lifecycle sees, and what it would do next.
@@ -61,6 +61,13 @@ enum Command {
         /// The folder to write the files to (created if missing; existing files are kept).
         #[arg(long, default_value = ".")]
         out: std::path::PathBuf,
+        /// The keys USER may reach: those starting with PREFIX (an etcd role of USER's name
+        /// holding that range, granted to USER). Needed once etcd's authentication is on.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Read only: no writes under --prefix.
+        #[arg(long, requires = "prefix")]
+        read_only: bool,
     },
     /// Run the real handler on an event file against the real account with every write refused,
     /// printing the decisions it would make.
@@ -167,7 +174,13 @@ async fn run(args: Args) -> Result<(), Error> {
             }
             Ok(())
         }
-        Command::ClientCert { user, days, out } => {
+        Command::ClientCert {
+            user,
+            days,
+            out,
+            prefix,
+            read_only,
+        } => {
             let Some(ca) = &live.ca else {
                 return Err(Error::Config {
                     var: "TLS".into(),
@@ -182,12 +195,25 @@ async fn run(args: Args) -> Result<(), Error> {
                     reason: "must be 1 to 3650".into(),
                 });
             }
+            let grant =
+                cli::prefix_grant(&user, prefix, read_only, live.config.settings.etcd_auth)?;
+            let (obs, _) = live.look().await?;
+            // The user's access first: a certificate is handed out only for a user that can use it.
+            if let Some(grant) = &grant {
+                let etcd_asg_lifecycle::model::ClusterState::Known(view) = &obs.cluster else {
+                    return Err(Error::Config {
+                        var: "--prefix".into(),
+                        value: grant.prefix.clone(),
+                        reason: "cannot be granted: the cluster does not answer".into(),
+                    });
+                };
+                live.members.grant_prefix(&view.endpoint, grant).await?;
+            }
             let issued = ca.issue_client(&user, days * 86_400, (live.clock)())?;
             let written = cli::write_client_files(&out, &user, &ca.cert_pem, &issued)?;
-            let (obs, _) = live.look().await?;
             print!(
                 "{}",
-                cli::client_cert_text(&user, &written, issued.not_after, &obs)
+                cli::client_cert_text(&user, &written, issued.not_after, &obs, grant.as_ref())
             );
             Ok(())
         }

@@ -93,6 +93,7 @@ impl Given {
             statuses: Default::default(),
             alarms: vec![],
             history_compacted: false,
+            auth_enabled: false,
         });
         self
     }

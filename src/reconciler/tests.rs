@@ -874,3 +874,18 @@ async fn a_restore_whose_seed_never_starts_hands_the_snapshot_to_the_next_seed()
     );
     assert_eq!(w.data, "precious", "restored by the second seed");
 }
+
+#[tokio::test]
+async fn auth_is_turned_on_once_the_cluster_serves_and_only_once() {
+    let world = three_member_cluster().await;
+    let mut r = reconciler(&world);
+    r.handle(&schedule(), far()).await.unwrap();
+    assert!(!world.world().auth_enabled, "ETCD_AUTH off: left alone");
+    r.config.settings.etcd_auth = true;
+    r.handle(&schedule(), far()).await.unwrap();
+    r.handle(&schedule(), far()).await.unwrap();
+    let w = world.world();
+    assert!(w.auth_enabled);
+    let enables = w.calls.iter().filter(|c| *c == "enable-auth").count();
+    assert_eq!(enables, 1, "{:#?}", w.calls);
+}
