@@ -12,7 +12,7 @@
 #   exec     install etcd, fetch the config, run etcd in the foreground (the simulation).
 #   fetch    write CONFIG_FILE from the member's parameter, waiting for it, unless the member
 #            already has data (a WAL): a member with data keeps the config it was created with,
-#            one without takes the latest (the function rewrites it while the member is unstarted).
+#            one without takes the latest (rewritten while the member is unstarted).
 #            A config with ETCD_ASG_RESTORE_URL and _SHA256 (a seed after every member was lost)
 #            restores that snapshot first, if the member has no WAL; the lines never reach etcd.
 #   run      exec etcd with exactly CONFIG_FILE's variables.
@@ -27,11 +27,11 @@
 #   ETCD_SHA256        the tarball's SHA-256: etcd is installed only if the download matches it
 #   ETCDUTL_BIN        default: etcdutl beside ETCD_BIN (3.5+), which restores snapshots; without
 #   ETCDCTL_BIN        it, ETCDCTL_API=3 etcdctl does (3.4); default: etcdctl beside ETCD_BIN
-#   ETCD_USER          default etcd: the user the service runs etcd as (systemd mode)
-#   TLS_DIR            default /etc/etcd/pki: where a TLS=managed member's certificate, key and
-#                      CA certificate go (0600, the etcd user's), from <prefix>/tls/<instance id>
-#   POLL_SECONDS       default 5: pause between polls for the parameter
-#   MAX_BACKOFF        default 60: longest pause, in seconds, between retries after errors
+#   ETCD_USER          default etcd: the service's user (systemd mode)
+#   TLS_DIR            default /etc/etcd/pki: a TLS=managed member's certificate, key and CA
+#                      certificate (0600, the etcd user's), from <prefix>/tls/<instance id>
+#   POLL_SECONDS       default 5: pause between polls for a parameter
+#   MAX_BACKOFF        default 60: longest pause (seconds) between retries after errors
 set -euo pipefail
 
 MODE=${1:-${BOOT_MODE:-systemd}}
@@ -177,9 +177,9 @@ restore_snapshot() {
     log "restored $url (revision $rev, SHA-256 $actual, $size bytes) into $DATA_DIR with $tool"
 }
 
-# TLS=managed: the bundle the function issued this instance (CA certificate, its certificate, its
-# key; a SecureString only this instance may read) split into TLS_DIR, 0600 for the etcd user.
-# Prints the config lines that point etcd at the files. The key is never logged.
+# TLS=managed: this instance's bundle (CA certificate, its certificate and key; a SecureString
+# only it may read) split into TLS_DIR, 0600 for the etcd user. Prints the lines that point etcd
+# at them (the CA's also verifies the function's root tokens). The key is never logged.
 fetch_tls() {
     local name="$PARAMETER_PREFIX/tls/$INSTANCE_ID" bundle f
     bundle=$(wait_for_parameter "$name" --with-decryption)
@@ -205,8 +205,6 @@ fetch_tls() {
     echo "ETCD_PEER_CERT_FILE=$TLS_DIR/member.crt"
     echo "ETCD_PEER_KEY_FILE=$TLS_DIR/member.key"
     echo "ETCD_PEER_TRUSTED_CA_FILE=$TLS_DIR/ca.crt"
-    # Once authentication is on, the function is root through tokens it signs with the CA's
-    # key; members verify them with the CA's certificate and sign none themselves.
     echo "ETCD_AUTH_TOKEN=jwt,pub-key=$TLS_DIR/ca.crt,sign-method=ES256"
 }
 

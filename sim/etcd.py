@@ -64,13 +64,23 @@ class EtcdError(Exception):
     pass
 
 
-# The client certificate https:// calls present (a simulation with TLS sets it; see use_tls).
+# The client certificate https:// calls present (a simulation with TLS sets it; see use_tls),
+# and where the token they carry comes from (etcd authentication on; see sim/pki.py).
 _tls: ssl.SSLContext | None = None
+_token = None
+# etcdctl with a root certificate: how reads go once authentication may be on. A gateway read
+# demands a token of the auth store's exact revision, which the root tokens do not carry (and
+# etcd 3.4 cannot tell); over gRPC etcd takes the user, root, from the certificate instead.
+_reader: list[str] | None = None
 
 
-def use_tls(ca: str | None, cert: str | None = None, key: str | None = None) -> None:
-    """Trust `ca` and present `cert`/`key` on every https:// call from now on; None: stop."""
-    global _tls
+def use_tls(ca: str | None, cert: str | None = None, key: str | None = None, token=None,
+            reader: list[str] | None = None) -> None:
+    """Trust `ca` and present `cert`/`key` on every https:// call from now on, with
+    `token()` as its Authorization and reads through the etcdctl command `reader`; None: stop."""
+    global _tls, _token, _reader
+    _token = token
+    _reader = reader
     if ca is None:
         _tls = None
         return
@@ -80,12 +90,37 @@ def use_tls(ca: str | None, cert: str | None = None, key: str | None = None) -> 
     _tls = ctx
 
 
+def _read(client_url: str, body: dict, timeout: float) -> dict:
+    """A /v3/kv/range through etcdctl (see _reader): the same answer, as etcdctl -w json gives it."""
+    if set(body) - {"key", "range_end", "keys_only"}:
+        raise ValueError(f"etcdctl reads support key, range_end, keys_only, not {sorted(body)}")
+    args = [*_reader, "--endpoints", client_url, "--command-timeout", f"{max(timeout, 1.0)}s",
+            "-w", "json", "get", base64.b64decode(body["key"]).decode()]
+    if "range_end" in body:
+        args.append(base64.b64decode(body["range_end"]).decode())
+    if body.get("keys_only"):
+        args.append("--keys-only")
+    try:
+        r = subprocess.run(args, capture_output=True, text=True, timeout=timeout + 10,
+                           env={"ETCDCTL_API": "3"})
+    except subprocess.TimeoutExpired:
+        raise EtcdError(f"{client_url} etcdctl get: timed out") from None
+    if r.returncode != 0:
+        raise EtcdError(f"{client_url} etcdctl get: {r.stderr.strip()[:200]}")
+    return json.loads(r.stdout)
+
+
 def call(client_url: str, path: str, body: dict, timeout: float = 1.0) -> dict:
     context = _tls if client_url.startswith("https://") else None
+    if context is not None and _reader is not None and path == "/v3/kv/range":
+        return _read(client_url, body, timeout)
+    headers = {"Content-Type": "application/json"}
+    if context is not None and _token is not None:
+        headers["Authorization"] = _token()
     req = urllib.request.Request(
         f"{client_url}{path}",
         data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
+        headers=headers,
         method="POST",
     )
     try:

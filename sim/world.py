@@ -22,7 +22,7 @@ from pathlib import Path
 
 import boto3
 
-from . import etcd, procs
+from . import etcd, pki, procs
 from .runtime import Function
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -308,12 +308,18 @@ class Simulation:
         self.create_group(self.group, 0)
         self.function.start()
         if self.tls:
+            # A root certificate from the CLI (for etcdctl, which speaks gRPC), and the simulation's
+            # own gateway credentials made from the CA the function keeps (sim/pki.py).
             self.client_cert_dir = os.path.join(self.workdir, "client")
-            r = self.cli("client-cert", "sim", "--days", "1", "--out", self.client_cert_dir)
+            r = self.cli("client-cert", "root", "--days", "1", "--out", self.client_cert_dir)
             if r.returncode != 0:
                 raise RuntimeError(f"etcd-asg client-cert failed: {r.stderr}")
-            d = self.client_cert_dir
-            etcd.use_tls(f"{d}/ca.crt", f"{d}/sim.crt", f"{d}/sim.key")
+            ca = self.ssm.get_parameter(Name=f"{self.prefix}/pki/ca", WithDecryption=True)
+            self.credentials = pki.Credentials(ca["Parameter"]["Value"], self.client_cert_dir)
+            c, d = self.credentials, self.client_cert_dir
+            ctl = os.path.join(os.path.dirname(self.etcd_bin), "etcdctl")
+            reader = [ctl, "--cacert", c.ca, "--cert", f"{d}/root.crt", "--key", f"{d}/root.key"]
+            etcd.use_tls(c.ca, c.cert, c.key, token=c.token, reader=reader)
         self.threads = [threading.Thread(target=self._instances_loop, daemon=True)]
         for t in self.threads:
             t.start()

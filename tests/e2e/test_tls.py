@@ -5,6 +5,7 @@ certificates renew by replacing members one at a time."""
 import os
 import ssl
 import stat
+import subprocess
 import time
 import urllib.request
 
@@ -53,6 +54,36 @@ def test_members_refuse_plain_http_and_tls_without_a_client_certificate(simulati
         assert body not in f.read()
     ca_param = sim.ssm.get_parameter(Name=f"{sim.prefix}/pki/ca", WithDecryption=True)["Parameter"]
     assert ca_param["Type"] == "SecureString"
+    # etcd's authentication is on: the simulation's writes above carried root tokens; a client
+    # certificate for a user of one prefix, from the CLI, reaches that prefix and nothing else.
+    def function_log() -> str:
+        with open(f"{sim.workdir}/function.log") as f:
+            return f.read()
+
+    wait_for("authentication on", 60, lambda: "etcd authentication on" in function_log())
+    refused = sim.cli("client-cert", "app", "--out", f"{sim.workdir}/app")
+    assert refused.returncode != 0 and "--prefix" in refused.stderr, refused.stderr
+    assert not os.path.exists(f"{sim.workdir}/app/app.key"), "nothing issued on a refusal"
+    r = sim.cli("client-cert", "app", "--prefix", "/app/", "--read-only", "--out", f"{sim.workdir}/app")
+    assert r.returncode == 0, r.stderr
+    assert 'may read keys starting with "/app/"' in r.stdout, r.stdout
+    etcd.put(url, "/app/setting", "on", timeout=5)
+    etcd.put(url, "/billing/secret", "x", timeout=5)
+    d = f"{sim.workdir}/app"
+
+    def app(*args: str) -> subprocess.CompletedProcess:
+        ctl = os.path.join(os.path.dirname(sim.etcd_bin), "etcdctl")
+        return subprocess.run([ctl, "--endpoints", url, "--cacert", f"{d}/ca.crt", "--cert", f"{d}/app.crt",
+                               "--key", f"{d}/app.key", "--command-timeout", "5s", *args],
+                              capture_output=True, text=True, timeout=30, env={"ETCDCTL_API": "3"})
+
+    got = app("get", "/app/setting", "--print-value-only")
+    assert got.returncode == 0 and got.stdout.strip() == "on", got.stderr
+    for args in (("get", "/billing/secret"), ("put", "/app/setting", "off"),
+                 ("member", "add", "x", "--peer-urls", "https://127.0.0.1:1", "--learner"),
+                 ("snapshot", "save", f"{d}/stolen.db"), ("auth", "disable")):
+        denied = app(*args)
+        assert denied.returncode != 0 and "permission denied" in denied.stderr + denied.stdout, (args, denied)
     # A removed member's key material goes with its config.
     sim.scale(2)
     sim.wait_converged(2, label="scale in")
