@@ -76,6 +76,7 @@ impl Topology {
             quota_backend_bytes: self.quota_backend_bytes,
             restore: None,
             client_cert_auth: self.mutual_tls,
+            root_tokens: self.mutual_tls,
             metrics_url: self
                 .metrics_port
                 .map(|p| format!("http://{}:{p}", host(address))),

@@ -503,7 +503,8 @@ impl Members for Fake {
                     .map(|m| (m.id, w.db.get(&m.id).cloned().unwrap_or_default()))
                     .collect(),
                 alarms: w.alarms.clone(),
-                history_compacted: w.compacted > 0,
+                history_compacted: w.compacted > 0
+                    && w.compacted >= w.db.values().map(|s| s.revision).max().unwrap_or(0),
                 auth_enabled: w.auth_enabled,
             }),
             _ => ClusterState::unreachable("no endpoint answered"),

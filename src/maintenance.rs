@@ -41,10 +41,6 @@ pub fn plan(view: &ClusterView, settings: &Settings) -> Vec<Step> {
     if view.members.is_empty() || !all_started_voters || !all_answer {
         return vec![];
     }
-    // Access first: a one-off, and a cluster without it is open to every certificate holder.
-    if settings.etcd_auth && !view.auth_enabled {
-        return vec![Step::EnableAuth];
-    }
     let nospace = nospace(view);
     let quota = settings.topology.quota_backend_bytes;
     if nospace && !view.history_compacted {
@@ -232,23 +228,6 @@ mod tests {
         let mut v = view([(400, 100), (400, 100), (400, 100)]);
         v.members[2].is_learner = true;
         assert_eq!(plan(&v, &settings()), vec![]);
-    }
-
-    #[test]
-    fn auth_is_turned_on_first_once_every_voter_answers_and_only_if_asked() {
-        let on = Settings {
-            etcd_auth: true,
-            ..settings()
-        };
-        let v = nospace(view([(400, 100), (400, 100), (400, 100)]));
-        assert_eq!(plan(&v, &on), vec![Step::EnableAuth]);
-        let mut done = v.clone();
-        done.auth_enabled = true;
-        assert_eq!(plan(&done, &on), vec![Step::Compact { revision: 503 }]);
-        assert_eq!(plan(&v, &settings()), vec![Step::Compact { revision: 503 }]);
-        let mut joining = v;
-        joining.members[2].is_learner = true;
-        assert_eq!(plan(&joining, &on), vec![]);
     }
 
     fn compacted(mut v: ClusterView) -> ClusterView {

@@ -356,6 +356,11 @@ pub struct MemberConfig {
     pub client_cert_auth: bool,
     /// A plain-HTTP listener for `/health` and `/metrics` only (load balancer health checks).
     pub metrics_url: Option<String>,
+    /// Published by a function that has the boot script point etcd at the CA's certificate for
+    /// the function's root tokens (`ETCD_ASG_ROOT_TOKENS=jwt`, which the boot script keeps from
+    /// etcd): authentication is turned on only once every voter's config says so, since a
+    /// member of an older config rejects the tokens.
+    pub root_tokens: bool,
 }
 
 impl MemberConfig {
@@ -389,6 +394,11 @@ impl MemberConfig {
             .as_ref()
             .map(|u| format!("ETCD_LISTEN_METRICS_URLS={u}\n"))
             .unwrap_or_default()
+            + if self.root_tokens {
+                "ETCD_ASG_ROOT_TOKENS=jwt\n"
+            } else {
+                ""
+            }
             + &self
                 .restore
                 .as_ref()
@@ -462,6 +472,7 @@ impl MemberConfig {
             },
             client_cert_auth: vars.get("ETCD_CLIENT_CERT_AUTH") == Some(&"true"),
             metrics_url: vars.get("ETCD_LISTEN_METRICS_URLS").map(|u| u.to_string()),
+            root_tokens: vars.get("ETCD_ASG_ROOT_TOKENS") == Some(&"jwt"),
         })
     }
 }
@@ -554,6 +565,7 @@ mod tests {
             quota_backend_bytes: 2 << 30,
             restore: None,
             client_cert_auth: false,
+            root_tokens: false,
             metrics_url: None,
         };
         let env = cfg.to_env();
@@ -568,12 +580,14 @@ mod tests {
         // With TLS managed: certificates demanded of clients and peers, a plain metrics listener.
         let tls = MemberConfig {
             client_cert_auth: true,
+            root_tokens: true,
             metrics_url: Some("http://10.0.0.2:2381".into()),
             ..cfg
         };
         let env = tls.to_env();
         assert!(env.contains("ETCD_CLIENT_CERT_AUTH=true\nETCD_PEER_CLIENT_CERT_AUTH=true\n"));
         assert!(env.contains("ETCD_LISTEN_METRICS_URLS=http://10.0.0.2:2381\n"));
+        assert!(env.contains("ETCD_ASG_ROOT_TOKENS=jwt\n"));
         assert_eq!(MemberConfig::parse_env(&env).unwrap(), tls);
     }
 

@@ -391,8 +391,12 @@ pub fn assess(obs: &Observation, settings: &Settings) -> Plan {
             }
         }
     }
-    // Maintenance ranks below membership: only when membership has nothing to do or wait for.
+    // Access and maintenance rank below membership: only when membership has nothing to do or
+    // wait for. Access first: a one-off, and without it every certificate holder reaches all.
     if waits.is_empty() {
+        if let Some(step) = p.access() {
+            return stepping(step);
+        }
         if let Some(step) = crate::maintenance::plan(view, settings).into_iter().next() {
             return match step {
                 Step::Wait(w) => waiting(w),
@@ -864,6 +868,28 @@ impl<'a> Planner<'a> {
         stale
             .then(|| self.backup_step(crate::backup::Reason::BeforeRemoval))
             .flatten()
+    }
+
+    /// ETCD_AUTH=on: turn etcd's authentication on once every member answers as a started voter
+    /// and every member's config has its boot script verify the function's root tokens (a member
+    /// of an older config would refuse them: it stays off until those are replaced).
+    fn access(&self) -> Option<Step> {
+        let v = self.view;
+        if !self.settings.etcd_auth || v.auth_enabled || v.members.is_empty() {
+            return None;
+        }
+        let ready = v.members.iter().all(|m| {
+            !m.is_learner
+                && m.is_started()
+                && v.healthy.contains(&m.id)
+                && self
+                    .obs
+                    .published
+                    .members
+                    .get(&m.name)
+                    .is_some_and(|p| p.config.root_tokens)
+        });
+        ready.then_some(Step::EnableAuth)
     }
 
     fn scheduled_backup(&self) -> Option<Step> {

@@ -337,6 +337,7 @@ async fn published_config_round_trips_through_ssm() {
         quota_backend_bytes: 2 << 30,
         restore: None,
         client_cert_auth: false,
+        root_tokens: false,
         metrics_url: None,
     };
     store.publish("i-00000001", &config).await.unwrap();

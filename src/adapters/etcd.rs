@@ -22,11 +22,18 @@ const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(600);
 const DEFRAG_TIMEOUT: Duration = Duration::from_secs(120);
 
 pub struct EtcdMembers {
-    client: reqwest::Client,
+    client: Mutex<reqwest::Client>,
+    timeout: Duration,
+    /// TLS=managed: the CA the function's own certificate is issued from again at half its life
+    /// (a warm Lambda environment may outlive it), and when that is due.
+    renewal: Option<(crate::pki::Ca, Mutex<i64>)>,
     /// The last endpoint that answered as a voter: asked first next time.
     preferred: Mutex<Option<String>>,
-    /// TLS=managed: the function is etcd's `root` through tokens it signs (see `RootTokens`).
+    /// TLS=managed: the function is etcd's `root` through tokens it signs (see `RootTokens`),
+    /// sent once etcd asks for a user (`auth_seen`): a member of an older config verifies no
+    /// such token, and etcd before 3.4.28/3.5.10 checks a token even with authentication off.
     root: Option<RootTokens>,
+    auth_seen: std::sync::atomic::AtomicBool,
     /// The highest revision this process compacted to: what `compacted_up_to` answers when
     /// etcd's authentication keeps it from reading the history.
     compacted_to: Mutex<i64>,
@@ -178,7 +185,13 @@ async fn call<T: DeserializeOwned>(
     if let Some(token) = token {
         request = request.header(reqwest::header::AUTHORIZATION, token);
     }
-    let response = request.send().await.map_err(unavailable)?;
+    // The gateway marks what it forwards by the Accept header; etcd then never takes the user
+    // from the gateway's own certificate.
+    let response = request
+        .header(reqwest::header::ACCEPT, "application/json")
+        .send()
+        .await
+        .map_err(unavailable)?;
     let status = response.status();
     let bytes = response.bytes().await.map_err(unavailable)?;
     let protocol = |detail: String| Error::EtcdProtocol { operation, detail };
@@ -232,8 +245,65 @@ impl ClientTls {
     }
 }
 
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
 impl EtcdMembers {
     pub fn new(timeout: Duration, tls: Option<&ClientTls>) -> Result<Self, Error> {
+        Ok(Self {
+            client: Mutex::new(Self::build(timeout, tls)?),
+            timeout,
+            renewal: None,
+            preferred: Mutex::new(None),
+            root: None,
+            auth_seen: std::sync::atomic::AtomicBool::new(false),
+            compacted_to: Mutex::new(0),
+        })
+    }
+
+    /// TLS=managed: the function's own certificate, issued from `ca` now and again at half its
+    /// life, and `root` through tokens signed with the CA's key (whether or not ETCD_AUTH turns
+    /// authentication on: once on, it stays on).
+    pub fn managed(timeout: Duration, ca: &crate::pki::Ca) -> Result<Self, Error> {
+        Self::managed_since(timeout, ca, unix_now())
+    }
+
+    /// As `managed`, with the first certificate issued at `issued` (a test's way to be a
+    /// long-warm environment).
+    pub fn managed_since(
+        timeout: Duration,
+        ca: &crate::pki::Ca,
+        issued: i64,
+    ) -> Result<Self, Error> {
+        let identity = super::own_identity(ca, issued)?;
+        let mut members = Self::new(timeout, Some(&identity))?.with_root(ca.root_tokens()?);
+        let due = issued + crate::pki::FUNCTION_CERT_SECS / 2;
+        members.renewal = Some((ca.clone(), Mutex::new(due)));
+        Ok(members)
+    }
+
+    /// The HTTP client, with a fresh certificate of the function's own first when one is due.
+    fn client(&self) -> Result<reqwest::Client, Error> {
+        if let Some((ca, due)) = &self.renewal {
+            let now = unix_now();
+            let mut due = due.lock().unwrap();
+            if now >= *due {
+                let identity = super::own_identity(ca, now)?;
+                *self.client.lock().unwrap() = Self::build(self.timeout, Some(&identity))?;
+                *due = now + crate::pki::FUNCTION_CERT_SECS / 2;
+                tracing::debug!(
+                    renew_at = *due,
+                    "issued the function's own client certificate"
+                );
+            }
+        }
+        Ok(self.client.lock().unwrap().clone())
+    }
+
+    fn build(timeout: Duration, tls: Option<&ClientTls>) -> Result<reqwest::Client, Error> {
         let mut builder = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(2)));
@@ -252,16 +322,10 @@ impl EtcdMembers {
                 })?;
             builder = builder.add_root_certificate(ca).identity(identity);
         }
-        let client = builder.build().map_err(|e| Error::Config {
+        builder.build().map_err(|e| Error::Config {
             var: "ETCD_CA_FILE".into(),
             value: String::new(),
             reason: format!("HTTP client could not be built: {e}"),
-        })?;
-        Ok(Self {
-            client,
-            preferred: Mutex::new(None),
-            root: None,
-            compacted_to: Mutex::new(0),
         })
     }
 
@@ -271,12 +335,26 @@ impl EtcdMembers {
         self
     }
 
-    /// A fresh root token, if the function holds the signer.
+    /// A fresh root token, if the function holds the signer and etcd asked for a user.
     fn token(&self) -> Result<Option<String>, Error> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
+        if !self.auth_seen.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let now = unix_now();
         self.root.as_ref().map(|r| r.token(now)).transpose()
+    }
+
+    /// Whether a refusal means etcd wants a user we can be: remembered from now on.
+    fn asks_for_root(&self, r: &Result<impl Sized, Error>) -> bool {
+        let asks = self.root.is_some()
+            && matches!(r, Err(e) if e.refusal() == Some(Refusal::UserEmpty))
+            && !self
+                .auth_seen
+                .swap(true, std::sync::atomic::Ordering::Relaxed);
+        if asks {
+            tracing::info!("etcd asks for a user: acting as root from now on");
+        }
+        asks
     }
 
     async fn call<T: DeserializeOwned>(
@@ -287,9 +365,24 @@ impl EtcdMembers {
         body: Value,
         timeout: Option<Duration>,
     ) -> Result<T, Error> {
+        let client = self.client()?;
+        let token = self.token()?;
+        let r = call(
+            &client,
+            operation,
+            endpoint,
+            path,
+            body.clone(),
+            timeout,
+            token.as_deref(),
+        )
+        .await;
+        if !self.asks_for_root(&r) {
+            return r;
+        }
         let token = self.token()?;
         call(
-            &self.client,
+            &client,
             operation,
             endpoint,
             path,
@@ -367,9 +460,11 @@ impl EtcdMembers {
         // One status call per started member: it says whether the member answers, and the
         // answering member's own status names the leader.
         let mut probes = JoinSet::new();
+        let token = self.token()?;
         for m in members.iter().filter(|m| m.is_started()) {
             let (id, urls) = (m.id, m.client_urls.clone());
-            let client = self.client.clone();
+            let client = self.client()?;
+            let token = token.clone();
             probes.spawn(async move {
                 for url in urls {
                     let path = "/v3/maintenance/status";
@@ -381,8 +476,7 @@ impl EtcdMembers {
                         path,
                         body,
                         Some(HEALTH_TIMEOUT),
-                        // A member's status needs no user: it answers for itself.
-                        None,
+                        token.as_deref(),
                     );
                     // Only the member itself counts: anything else answering at its URL (an
                     // address reused by another etcd) says nothing of its health.
@@ -565,17 +659,29 @@ impl EtcdMembers {
         }
     }
 
-    /// Whether etcd's authentication is on: a user lookup without a token is refused for naming
-    /// no user only then (3.4 has no auth status call).
+    /// Whether etcd's authentication is on: a read without a token is refused for naming no user
+    /// only then (3.4 has no auth status call). Serializable: the member answers alone, no quorum
+    /// and no raft proposal. Remembered for the token (`auth_seen`).
     async fn auth_enabled(&self, endpoint: &str) -> Result<bool, Error> {
-        let body = json!({"name": crate::pki::ROOT_USER});
-        let path = "/v3/auth/user/get";
-        match call::<Value>(&self.client, "auth probe", endpoint, path, body, None, None).await {
-            Ok(_) => Ok(false),
-            Err(e) if e.refusal() == Some(Refusal::UserNotFound) => Ok(false),
-            Err(e) if e.refusal() == Some(Refusal::UserEmpty) => Ok(true),
-            Err(e) => Err(e),
-        }
+        let body = json!({"key": "AA==", "serializable": true, "count_only": true});
+        let client = self.client()?;
+        let r = call::<Value>(
+            &client,
+            "auth probe",
+            endpoint,
+            "/v3/kv/range",
+            body,
+            None,
+            None,
+        );
+        let on = match r.await {
+            Ok(_) => false,
+            Err(e) if e.refusal() == Some(Refusal::UserEmpty) => true,
+            Err(e) => return Err(e),
+        };
+        self.auth_seen
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+        Ok(on)
     }
 
     /// An auth call that may find its work done already (the user or role exists).
@@ -739,9 +845,13 @@ impl Members for EtcdMembers {
     }
 
     async fn snapshot(&self, endpoint: &str) -> Result<Snapshot, Error> {
+        // A survivor answers for itself: ask it whether a user is needed before streaming.
+        if self.root.is_some() {
+            self.auth_enabled(endpoint).await?;
+        }
         let url = format!("{}/v3/maintenance/snapshot", endpoint.trim_end_matches('/'));
         let mut request = self
-            .client
+            .client()?
             .post(url)
             .json(&json!({}))
             .timeout(SNAPSHOT_TIMEOUT);

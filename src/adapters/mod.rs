@@ -48,14 +48,20 @@ pub async fn connect(config: Config, aws: &aws_config::SdkConfig) -> Result<Live
         kms_key_id: config.pki.as_ref().and_then(|p| p.kms_key_id.clone()),
     };
     let clock = system_clock();
-    let (ca, client_tls) = match (&config.pki, &config.tls) {
+    let (ca, members) = match (&config.pki, &config.tls) {
         (Some(_), _) => {
             let ca = cluster_ca(&published, &config.settings.cluster_name, clock()).await?;
-            let identity = own_identity(&ca, clock())?;
-            (Some(ca), Some(identity))
+            let members = etcd::EtcdMembers::managed(config.etcd_timeout, &ca)?;
+            (Some(ca), members)
         }
-        (None, Some(files)) => (None, Some(etcd::ClientTls::from_files(files)?)),
-        (None, None) => (None, None),
+        (None, Some(files)) => {
+            let tls = etcd::ClientTls::from_files(files)?;
+            (
+                None,
+                etcd::EtcdMembers::new(config.etcd_timeout, Some(&tls))?,
+            )
+        }
+        (None, None) => (None, etcd::EtcdMembers::new(config.etcd_timeout, None)?),
     };
     Ok(Reconciler {
         group,
@@ -72,24 +78,10 @@ pub async fn connect(config: Config, aws: &aws_config::SdkConfig) -> Result<Live
             instance_arn_prefix: instance_arn_prefix.clone(),
         }),
         published,
-        members: members(&config, client_tls.as_ref(), ca.as_ref())?,
+        members,
         ca,
         config,
         clock,
-    })
-}
-
-/// The etcd adapter; with the cluster's CA, acting as `root` through tokens signed with it
-/// (whether or not ETCD_AUTH turns authentication on: once on, it stays on).
-fn members(
-    config: &Config,
-    tls: Option<&etcd::ClientTls>,
-    ca: Option<&Ca>,
-) -> Result<etcd::EtcdMembers, Error> {
-    let members = etcd::EtcdMembers::new(config.etcd_timeout, tls)?;
-    Ok(match ca {
-        Some(ca) => members.with_root(ca.root_tokens()?),
-        None => members,
     })
 }
 
@@ -130,7 +122,8 @@ pub async fn cluster_ca(
     Ok(ca)
 }
 
-/// The function's own client identity for etcd, from its CA: the `root` user, valid a day.
+/// The function's own client identity for etcd, from its CA: no common name (it is `root`
+/// through tokens), valid a day from `now`.
 pub fn own_identity(ca: &Ca, now: Timestamp) -> Result<etcd::ClientTls, Error> {
     let issued = ca.issue_function(crate::pki::FUNCTION_CERT_SECS, now)?;
     Ok(etcd::ClientTls {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use etcd_asg_lifecycle::adapters::{self, autoscaling::settings_of_stack};
+use etcd_asg_lifecycle::model::ClusterState;
 use etcd_asg_lifecycle::ports::{Backups, Members, PublishedConfig};
 use etcd_asg_lifecycle::{cli, dry_run, event, Config, Error, Response};
 
@@ -163,10 +164,7 @@ async fn run(args: Args) -> Result<(), Error> {
                 "restore of {backup} requested ({}/restore-request).",
                 live.config.parameter_prefix
             );
-            let reachable = matches!(
-                obs.cluster,
-                etcd_asg_lifecycle::model::ClusterState::Known(_)
-            );
+            let reachable = matches!(obs.cluster, ClusterState::Known(_));
             if reachable {
                 println!("The cluster answers: nothing is restored unless every member is lost.");
             } else {
@@ -195,12 +193,14 @@ async fn run(args: Args) -> Result<(), Error> {
                     reason: "must be 1 to 3650".into(),
                 });
             }
-            let grant =
-                cli::prefix_grant(&user, prefix, read_only, live.config.settings.etcd_auth)?;
             let (obs, _) = live.look().await?;
+            // On if the function turns it on, or if it is on (whatever ETCD_AUTH says now).
+            let auth = live.config.settings.etcd_auth
+                || matches!(&obs.cluster, ClusterState::Known(v) if v.auth_enabled);
+            let grant = cli::prefix_grant(&user, prefix, read_only, auth)?;
             // The user's access first: a certificate is handed out only for a user that can use it.
             if let Some(grant) = &grant {
-                let etcd_asg_lifecycle::model::ClusterState::Known(view) = &obs.cluster else {
+                let ClusterState::Known(view) = &obs.cluster else {
                     return Err(Error::Config {
                         var: "--prefix".into(),
                         value: grant.prefix.clone(),

@@ -162,6 +162,7 @@ fn seed_config(n: u8) -> MemberConfig {
         quota_backend_bytes: 2 << 30,
         restore: None,
         client_cert_auth: false,
+        root_tokens: false,
         metrics_url: None,
     }
 }
@@ -1448,4 +1449,51 @@ fn a_single_voter_is_never_rotated_away() {
     g.settings = Some(s);
     g.obs.published.cert_not_after.insert(i(1), 1000 + 10);
     assert_eq!(g.plan(), Step::Idle);
+}
+
+#[test]
+fn auth_is_turned_on_once_every_voter_answers_with_a_config_that_verifies_root_tokens() {
+    let on = Settings {
+        etcd_auth: true,
+        ..settings()
+    };
+    let served = |tokens: [bool; 3]| {
+        let mut g = given((1..=3).map(|n| inst(n, InService)).collect())
+            .members((1..=3).map(voter).collect())
+            .record(1);
+        for (n, t) in (1..=3).zip(tokens) {
+            let c = MemberConfig {
+                state: InitialState::Existing,
+                root_tokens: t,
+                ..seed_config(n)
+            };
+            g = g.published(n, c, 1);
+        }
+        g.settings = Some(on.clone());
+        g
+    };
+    assert_eq!(served([true; 3]).plan(), Step::EnableAuth);
+    // ETCD_AUTH=off: never.
+    let mut off = served([true; 3]);
+    off.settings = None;
+    assert_ne!(off.plan(), Step::EnableAuth);
+    // Already on.
+    let mut done = served([true; 3]);
+    if let ClusterState::Known(v) = &mut done.obs.cluster {
+        v.auth_enabled = true;
+    }
+    assert_ne!(done.plan(), Step::EnableAuth);
+    // A member of an older config would refuse the function's tokens: not until it is replaced.
+    assert_ne!(served([true, false, true]).plan(), Step::EnableAuth);
+    // A member not answering, or a learner joining: membership first.
+    assert_ne!(served([true; 3]).unhealthy(2).plan(), Step::EnableAuth);
+    let mut joining = served([true; 3]);
+    joining
+        .obs
+        .instances
+        .push(inst(4, LifecycleState::PendingWait));
+    if let ClusterState::Known(v) = &mut joining.obs.cluster {
+        v.members.push(learner(4));
+    }
+    assert_ne!(joining.plan(), Step::EnableAuth);
 }

@@ -883,6 +883,14 @@ async fn auth_is_turned_on_once_the_cluster_serves_and_only_once() {
     assert!(!world.world().auth_enabled, "ETCD_AUTH off: left alone");
     r.config.settings.etcd_auth = true;
     r.handle(&schedule(), far()).await.unwrap();
+    assert!(
+        !world.world().auth_enabled,
+        "members of configs from before root tokens would refuse them"
+    );
+    for p in world.world().configs.values_mut() {
+        p.config.root_tokens = true;
+    }
+    r.handle(&schedule(), far()).await.unwrap();
     r.handle(&schedule(), far()).await.unwrap();
     let w = world.world();
     assert!(w.auth_enabled);
