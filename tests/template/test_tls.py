@@ -309,7 +309,7 @@ def test_the_client_endpoint_is_https_with_managed_tls(template, managed):
 def test_an_output_shows_how_to_get_a_client_certificate(template):
     out = template["Outputs"]["ClientCertCommand"]
     assert out["Condition"] == "ManagedTls"
-    assert resolve(out["Value"], template) == f"etcd-asg --stack {STACK} client-cert <user> --out <dir>"
+    assert resolve(out["Value"], template) == f"etcd-asg --stack {STACK} client-cert <user> --prefix <prefix> --out <dir>"
     cli = (ROOT / "src" / "bin" / "etcd-asg.rs").read_text()
     assert "ClientCert {" in cli and "out: std::path::PathBuf" in cli, "the subcommand and its --out exist"
 
