@@ -344,17 +344,20 @@ impl EtcdMembers {
         self.root.as_ref().map(|r| r.token(now)).transpose()
     }
 
-    /// Whether a refusal means etcd wants a user we can be: remembered from now on.
-    fn asks_for_root(&self, r: &Result<impl Sized, Error>) -> bool {
-        let asks = self.root.is_some()
-            && matches!(r, Err(e) if e.refusal() == Some(Refusal::UserEmpty))
-            && !self
-                .auth_seen
-                .swap(true, std::sync::atomic::Ordering::Relaxed);
-        if asks {
+    /// Whether a call made without a token was refused for naming no user, and we can be root:
+    /// then it is tried again with a token, and tokens are sent from now on.
+    fn asks_for_root(&self, sent_token: bool, r: &Result<impl Sized, Error>) -> bool {
+        let user_empty = matches!(r, Err(e) if e.refusal() == Some(Refusal::UserEmpty));
+        if sent_token || self.root.is_none() || !user_empty {
+            return false;
+        }
+        if !self
+            .auth_seen
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
             tracing::info!("etcd asks for a user: acting as root from now on");
         }
-        asks
+        true
     }
 
     async fn call<T: DeserializeOwned>(
@@ -377,7 +380,7 @@ impl EtcdMembers {
             token.as_deref(),
         )
         .await;
-        if !self.asks_for_root(&r) {
+        if !self.asks_for_root(token.is_some(), &r) {
             return r;
         }
         let token = self.token()?;
