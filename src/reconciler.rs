@@ -713,15 +713,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                 // To the leader: a follower forwards a promote without the caller's token, which
                 // the leader refuses once authentication is on, until the call times out
                 // (etcd-io/etcd#20757; fixed in 3.5 and 3.6 in 2026, never in 3.4).
-                let leader = view.and_then(|v| {
-                    let l = v.leader?;
-                    v.members
-                        .iter()
-                        .find(|m| m.id == l)?
-                        .client_urls
-                        .first()
-                        .cloned()
-                });
+                let leader = view.and_then(|v| v.member(v.leader?)?.client_urls.first().cloned());
                 let at = leader.map_or_else(|| endpoint(None), Ok)?;
                 let r = meter.etcd(members.promote(&at, *member)).await;
                 settled(r, Refusal::NotALearner, "promoted", "already-voter")

@@ -369,31 +369,24 @@ impl EtcdMembers {
         timeout: Option<Duration>,
     ) -> Result<T, Error> {
         let client = self.client()?;
-        let token = self.token()?;
-        let r = call(
-            &client,
-            operation,
-            endpoint,
-            path,
-            body.clone(),
-            timeout,
-            token.as_deref(),
-        )
-        .await;
-        if !self.asks_for_root(token.is_some(), &r) {
-            return r;
+        // At most twice: a second try carries a token, which `asks_for_root` never retries.
+        loop {
+            let token = self.token()?;
+            let (body, timeout) = (body.clone(), timeout);
+            let r = call(
+                &client,
+                operation,
+                endpoint,
+                path,
+                body,
+                timeout,
+                token.as_deref(),
+            )
+            .await;
+            if !self.asks_for_root(token.is_some(), &r) {
+                return r;
+            }
         }
-        let token = self.token()?;
-        call(
-            &client,
-            operation,
-            endpoint,
-            path,
-            body,
-            timeout,
-            token.as_deref(),
-        )
-        .await
     }
 
     /// A membership call whose answer carries nothing we need.
@@ -848,8 +841,9 @@ impl Members for EtcdMembers {
     }
 
     async fn snapshot(&self, endpoint: &str) -> Result<Snapshot, Error> {
-        // A survivor answers for itself: ask it whether a user is needed before streaming.
-        if self.root.is_some() {
+        // A survivor answers for itself: ask it whether a user is needed before streaming (a
+        // served cluster's observation asked already).
+        if self.root.is_some() && !self.auth_seen.load(std::sync::atomic::Ordering::Relaxed) {
             self.auth_enabled(endpoint).await?;
         }
         let url = format!("{}/v3/maintenance/snapshot", endpoint.trim_end_matches('/'));
