@@ -419,6 +419,17 @@ fn managed_member(
     }
 }
 
+/// The view once the member at `endpoints` serves over mutual TLS (it knows a leader).
+async fn serving(members: &EtcdMembers, endpoints: &[String]) -> ClusterView {
+    eventually("etcd over mutual TLS", 30, || async {
+        match members.observe(endpoints, None).await {
+            ClusterState::Known(v) if v.leader.is_some() => Some(v),
+            _ => None,
+        }
+    })
+    .await
+}
+
 fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -447,13 +458,7 @@ async fn mutual_tls_with_the_certificates_the_function_issues() {
     )
     .unwrap();
     let endpoints = [client.clone()];
-    let v = eventually("etcd over mutual TLS", 30, || async {
-        match function.observe(&endpoints, None).await {
-            ClusterState::Known(v) if v.leader.is_some() => Some(v),
-            _ => None,
-        }
-    })
-    .await;
+    let v = serving(&function, &endpoints).await;
     assert_eq!(v.members[0].name, "i-0tls");
     assert_eq!(v.members[0].peer_urls, vec![peer.clone()]);
     assert!(v.healthy.contains(&v.members[0].id));
@@ -560,13 +565,7 @@ async fn authentication_root_tokens_and_a_prefix_limited_client() {
         .unwrap()
         .with_root(ca.root_tokens().unwrap());
     let endpoints = [m.client.clone()];
-    let v = eventually("etcd over mutual TLS", 30, || async {
-        match function.observe(&endpoints, None).await {
-            ClusterState::Known(v) if v.leader.is_some() => Some(v),
-            _ => None,
-        }
-    })
-    .await;
+    let v = serving(&function, &endpoints).await;
     assert!(!v.auth_enabled);
 
     function.enable_auth(&m.client).await.unwrap();
@@ -704,13 +703,7 @@ async fn the_functions_certificate_is_issued_again_before_it_ends() {
     let m = managed_member(dir.path(), &ca, now, false);
     let endpoints = [m.client.clone()];
     let fresh = EtcdMembers::managed(Duration::from_secs(3), &ca).unwrap();
-    eventually("etcd over mutual TLS", 30, || async {
-        match fresh.observe(&endpoints, None).await {
-            ClusterState::Known(v) if v.leader.is_some() => Some(v),
-            _ => None,
-        }
-    })
-    .await;
+    serving(&fresh, &endpoints).await;
     // Issued two days ago and never again: etcd refuses the expired certificate.
     let stale = own_identity(&ca, now - 2 * 86_400).unwrap();
     let kept = EtcdMembers::new(Duration::from_secs(3), Some(&stale)).unwrap();
