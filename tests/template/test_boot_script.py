@@ -45,8 +45,21 @@ echo "$(id -un)" > "$ETCD_DATA_DIR/../etcd-user"
 # A stand-in etcdutl / etcdctl: records its name, ETCDCTL_API and arguments in
 # $FAKE_AWS/restore-calls, and "restores" `snapshot restore FILE ... --data-dir DIR` as etcd does
 # (DIR must not exist; a WAL and the db appear), refusing a FILE that says "corrupt" as etcd's own
-# integrity check would.
+# integrity check would. Its --help lists --bump-revision when $FAKE_AWS/bump exists (etcdutl
+# 3.5.10+), and then it refuses --bump-revision without --mark-compacted, as etcdutl does.
 FAKE_RESTORE = r"""#!/bin/bash
+if [ "$3" = --help ]; then
+    echo "      --data-dir string   Path to the output data directory"
+    if [ -e "$FAKE_AWS/bump" ]; then
+        echo "      --bump-revision uint   How much to increase the latest revision after restore"
+        echo "      --mark-compacted       Mark the latest revision after restore as the point of scheduled compaction"
+    fi
+    exit 0
+fi
+case " $* " in *" --bump-revision "*)
+    [ -e "$FAKE_AWS/bump" ] || { echo "Error: unknown flag: --bump-revision" >&2; exit 1; }
+    case " $* " in *" --mark-compacted "*) ;; *) echo "Error: --mark-compacted required" >&2; exit 1;; esac;;
+esac
 echo "$(basename "$0") ETCDCTL_API=${ETCDCTL_API:-} $*" >> "$FAKE_AWS/restore-calls"
 file=$3
 while [ $# -gt 0 ]; do if [ "$1" = --data-dir ]; then dir=$2; fi; shift; done
@@ -317,6 +330,30 @@ def test_a_restore_is_verified_restored_with_the_configs_identity_and_never_reac
     assert "ETCD_ASG" not in (box / "etc" / "etcd.env").read_text()
     assert not [k for k in etcd_env(box) if k.startswith("ETCD_ASG")]
     assert etcd_env(box)["ETCD_NAME"] == "i-1"
+
+
+@pytest.mark.parametrize("setting, bump", [({"RESTORE_BUMP_REVISION": "5000"}, "5000"),
+                                           ({}, "1000000000")])  # the default: etcd's recovery guide's
+def test_a_restore_moves_the_revision_forward_where_the_tool_can(box, setting, bump):
+    restore_box(box)
+    (box / "aws" / "bump").touch()  # this etcdutl has --bump-revision (3.5.10+)
+    answers(box, ("value", restore_config()))
+    r = boot(box, "exec", **setting)
+    assert r.returncode == 0, r.stderr
+    (call,) = restore_calls(box)
+    assert call.startswith("etcdutl ETCDCTL_API=3 snapshot restore ")
+    assert f" --bump-revision {bump} --mark-compacted --data-dir " in call
+    assert f"revision moved {bump} forward, marked compacted" in r.stderr
+
+
+def test_a_tool_without_the_bump_restores_and_says_revisions_did_not_move(box):
+    restore_box(box, tools=("etcdctl",))  # 3.4: etcdctl restores, with no --bump-revision
+    answers(box, ("value", restore_config()))
+    r = boot(box, "exec")
+    assert r.returncode == 0, r.stderr
+    (call,) = restore_calls(box)
+    assert call.startswith("etcdctl ") and "--bump-revision" not in call and "--mark-compacted" not in call
+    assert "revision NOT moved forward" in r.stderr
 
 
 def test_the_restore_is_skipped_once_the_member_has_a_wal(box):
