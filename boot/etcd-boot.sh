@@ -196,35 +196,49 @@ restore_snapshot() {
     log "restored $url (revision $rev, SHA-256 $actual, $size bytes) into $DATA_DIR with $tool; $bumped"
 }
 
-# TLS=managed: this instance's bundle (CA certificate, its certificate and key; a SecureString
-# only it may read) split into TLS_DIR, 0600 for the etcd user. Prints the lines that point etcd
-# at them (the CA's also verifies the function's root tokens). The key is never logged.
+# TLS=managed: this instance's bundle (CA certificate, its certificate and key, and the cluster's
+# token key; a SecureString only it may read) split into TLS_DIR, 0600 for the etcd user. Prints
+# the lines that point etcd at them. Keys are never logged.
+#
+# Tokens: with the token key, etcd signs and verifies JWTs with it (the function's root tokens,
+# password users' logins, and the leader's own root token when it revokes an expired lease,
+# which a verify-only key cannot sign: etcd-io/etcd#14616). A bundle from before the token key
+# (three parts) verifies the function's tokens with the CA's certificate, as it always did.
+# https://etcd.io/docs/v3.5/op-guide/authentication/jwt/
 fetch_tls() {
     local name="$PARAMETER_PREFIX/tls/$INSTANCE_ID" bundle f
     bundle=$(wait_for_parameter "$name" --with-decryption)
     (
         umask 077
         mkdir -p "$TLS_DIR"
-        rm -f "$TLS_DIR/ca.crt" "$TLS_DIR/member.crt" "$TLS_DIR/member.key"
+        rm -f "$TLS_DIR/ca.crt" "$TLS_DIR/member.crt" "$TLS_DIR/member.key" "$TLS_DIR/token.key"
         awk -v dir="$TLS_DIR" '/^-----BEGIN /{ n++ }
             n == 1 { print > (dir "/ca.crt") }
             n == 2 { print > (dir "/member.crt") }
-            n >= 3 { print > (dir "/member.key") }' <<< "$bundle"
+            n == 3 { print > (dir "/member.key") }
+            n >= 4 { print > (dir "/token.key") }' <<< "$bundle"
     )
     for f in ca.crt member.crt member.key; do
         [ -s "$TLS_DIR/$f" ] || { log "the bundle at $name lacks its ${f%.*} part: etcd not started"; exit 1; }
     done
-    grep -q -- '-----BEGIN [A-Z ]*PRIVATE KEY-----' "$TLS_DIR/member.key" ||
-        { log "the bundle at $name holds no private key: etcd not started"; exit 1; }
+    for f in member.key token.key; do
+        [ -e "$TLS_DIR/$f" ] || continue
+        grep -q -- '-----BEGIN [A-Z ]*PRIVATE KEY-----' "$TLS_DIR/$f" ||
+            { log "the bundle at $name holds no private key as its ${f%.*} part: etcd not started"; exit 1; }
+    done
     if [ "$MODE" != exec ]; then chown -R "$ETCD_USER:$ETCD_USER" "$TLS_DIR"; fi
-    log "certificate and key for $INSTANCE_ID written to $TLS_DIR"
+    log "certificate and keys for $INSTANCE_ID written to $TLS_DIR"
     echo "ETCD_CERT_FILE=$TLS_DIR/member.crt"
     echo "ETCD_KEY_FILE=$TLS_DIR/member.key"
     echo "ETCD_TRUSTED_CA_FILE=$TLS_DIR/ca.crt"
     echo "ETCD_PEER_CERT_FILE=$TLS_DIR/member.crt"
     echo "ETCD_PEER_KEY_FILE=$TLS_DIR/member.key"
     echo "ETCD_PEER_TRUSTED_CA_FILE=$TLS_DIR/ca.crt"
-    echo "ETCD_AUTH_TOKEN=jwt,pub-key=$TLS_DIR/ca.crt,sign-method=ES256"
+    if [ -e "$TLS_DIR/token.key" ]; then
+        echo "ETCD_AUTH_TOKEN=jwt,priv-key=$TLS_DIR/token.key,sign-method=ES256"
+    else
+        echo "ETCD_AUTH_TOKEN=jwt,pub-key=$TLS_DIR/ca.crt,sign-method=ES256"
+    fi
 }
 
 # Writes this member's published config, plus where to listen and store, to CONFIG_FILE. Only

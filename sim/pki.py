@@ -5,8 +5,8 @@ in the parameter store.
 etcd's JSON gateway, which the simulation's clients speak, refuses a client certificate with a
 common name once authentication is on, and takes the user from a token instead. So, like the
 function: a certificate with no common name, and short-lived `root` tokens (JWT, ES256) signed
-with the CA's key, which members verify with the CA's certificate. A program of a real
-deployment speaks gRPC with `etcd-asg client-cert USER --prefix P` instead."""
+with the cluster's token key, which members hold too. A program of a real deployment speaks gRPC
+with `etcd-asg client-cert USER --prefix P`, or logs in with a password, instead."""
 
 from __future__ import annotations
 
@@ -30,11 +30,13 @@ def _b64(data: bytes) -> bytes:
 
 
 class Credentials:
-    """A certificate without a common name, and root tokens, from the CA kept as `ca_json`."""
+    """A certificate without a common name from the CA kept as `ca_json`, and root tokens signed
+    with `token_key_pem`."""
 
-    def __init__(self, ca_json: str, out_dir: str):
+    def __init__(self, ca_json: str, token_key_pem: str, out_dir: str):
         ca = json.loads(ca_json)
         self._key = serialization.load_pem_private_key(ca["key_pem"].encode(), None)
+        self._token_key = serialization.load_pem_private_key(token_key_pem.encode(), None)
         ca_cert = x509.load_pem_x509_certificate(ca["cert_pem"].encode())
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.timezone.utc)
@@ -67,7 +69,7 @@ class Credentials:
         header = _b64(json.dumps({"alg": "ES256", "typ": "JWT"}).encode())
         claims = {"username": "root", "revision": ROOT_TOKEN_REVISION, "exp": int(time.time()) + 300}
         payload = _b64(json.dumps(claims).encode())
-        der = self._key.sign(header + b"." + payload, ec.ECDSA(hashes.SHA256()))
+        der = self._token_key.sign(header + b"." + payload, ec.ECDSA(hashes.SHA256()))
         r, s = utils.decode_dss_signature(der)
         signature = _b64(r.to_bytes(32, "big") + s.to_bytes(32, "big"))
         return (header + b"." + payload + b"." + signature).decode()

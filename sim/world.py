@@ -315,7 +315,9 @@ class Simulation:
             if r.returncode != 0:
                 raise RuntimeError(f"etcd-asg client-cert failed: {r.stderr}")
             ca = self.ssm.get_parameter(Name=f"{self.prefix}/pki/ca", WithDecryption=True)
-            self.credentials = pki.Credentials(ca["Parameter"]["Value"], self.client_cert_dir)
+            token_key = self.ssm.get_parameter(Name=f"{self.prefix}/pki/token-key", WithDecryption=True)
+            self.credentials = pki.Credentials(ca["Parameter"]["Value"], token_key["Parameter"]["Value"],
+                                               self.client_cert_dir)
             c, d = self.credentials, self.client_cert_dir
             ctl = os.path.join(os.path.dirname(self.etcd_bin), "etcdctl")
             reader = [ctl, "--cacert", c.ca, "--cert", f"{d}/root.crt", "--key", f"{d}/root.key"]

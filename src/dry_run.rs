@@ -186,6 +186,15 @@ impl<P: Secrets> Secrets for DryRun<P> {
         Ok(Created::Created)
     }
 
+    async fn load_token_key(&self) -> Result<Option<KeyPem>, Error> {
+        self.inner.load_token_key().await
+    }
+
+    async fn create_token_key(&self, _key: &KeyPem) -> Result<Created, Error> {
+        self.refuse("create the cluster's token key".into());
+        Ok(Created::Created)
+    }
+
     async fn hand_out(
         &self,
         instance: &str,

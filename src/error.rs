@@ -25,6 +25,8 @@ pub enum Refusal {
     AuthOldRevision,
     /// Authentication is on and the request named no user.
     UserEmpty,
+    /// The token does not verify: signed with a key the member does not hold, or expired.
+    InvalidAuthToken,
     UserNotFound,
     /// A user or role of that name exists already.
     AlreadyExists,
@@ -62,6 +64,7 @@ impl Refusal {
             ("revision of auth store is old", Refusal::AuthOldRevision),
             ("revision in header is old", Refusal::AuthOldRevision),
             ("user name is empty", Refusal::UserEmpty),
+            ("invalid auth token", Refusal::InvalidAuthToken),
             ("user name not found", Refusal::UserNotFound),
             ("name already exists", Refusal::AlreadyExists),
         ];

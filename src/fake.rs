@@ -46,6 +46,7 @@ pub struct World {
     pub grants: Vec<PrefixGrant>,
     /// The CA and each instance's TLS bundle (Secrets).
     pub ca: Option<crate::pki::Ca>,
+    pub token_key: Option<KeyPem>,
     pub tls: BTreeMap<String, crate::pki::KeyPem>,
     pub cert_not_after: BTreeMap<String, Timestamp>,
     /// The keyspace, as one string: what a snapshot streams and a restore brings back.
@@ -325,6 +326,20 @@ impl Secrets for Fake {
             return Ok(Created::AlreadyExists);
         }
         w.ca = Some(ca.clone());
+        Ok(Created::Created)
+    }
+
+    async fn load_token_key(&self) -> Result<Option<KeyPem>, Error> {
+        Ok(self.world().token_key.clone())
+    }
+
+    async fn create_token_key(&self, key: &KeyPem) -> Result<Created, Error> {
+        let mut w = self.world();
+        w.calls.push("create-token-key".into());
+        if w.token_key.is_some() {
+            return Ok(Created::AlreadyExists);
+        }
+        w.token_key = Some(key.clone());
         Ok(Created::Created)
     }
 

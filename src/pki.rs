@@ -55,13 +55,26 @@ impl fmt::Debug for KeyPem {
     }
 }
 
-/// The cluster's CA as it is kept (a SecureString): its subject name, certificate and key.
+/// The cluster's CA as it is kept (a SecureString): its subject name, certificate and key; and,
+/// kept apart (`<prefix>/pki/token-key`), the cluster's token key (see `RootTokens`).
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 pub struct Ca {
     pub common_name: String,
     pub cert_pem: String,
     pub key_pem: KeyPem,
     pub not_after: Timestamp,
+    /// The key members and the function sign etcd's tokens with (PKCS#8 PEM, ECDSA P-256):
+    /// kept in a parameter of its own and set after loading (`adapters::cluster_ca`). None: a
+    /// caller that only issues certificates (or the tables' CA).
+    #[serde(skip)]
+    pub token_key: Option<KeyPem>,
+}
+
+/// A fresh key for etcd's JWT tokens (ECDSA P-256, PKCS#8 PEM: etcd 3.4.17+ and 3.5 read it,
+/// golang-jwt's `ParseECPrivateKeyFromPEM` falling back to PKCS#8).
+pub fn generate_token_key() -> Result<KeyPem, Error> {
+    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(pki("token key"))?;
+    Ok(KeyPem(key.serialize_pem()))
 }
 
 /// A certificate and its key, as handed to a member or a client.
@@ -73,13 +86,15 @@ pub struct Issued {
 }
 
 impl Issued {
-    /// What a member is handed: the CA's certificate, its own, and its key, in that order.
+    /// What a member is handed: the CA's certificate, its own, its key and, where the cluster
+    /// has one, the token key, in that order.
     pub fn bundle(&self, ca: &Ca) -> KeyPem {
         KeyPem(format!(
-            "{}{}{}",
+            "{}{}{}{}",
             ca.cert_pem,
             self.cert_pem,
-            self.key_pem.expose()
+            self.key_pem.expose(),
+            ca.token_key.as_ref().map_or("", |k| k.expose())
         ))
     }
 }
@@ -127,6 +142,7 @@ impl Ca {
             cert_pem: cert.pem(),
             key_pem: KeyPem(key.serialize_pem()),
             not_after,
+            token_key: None,
         })
     }
 
@@ -197,12 +213,20 @@ impl Ca {
         self.sign(p, now)
     }
 
-    /// The token signer for `root` (see `RootTokens`).
+    /// The token signers for `root` (see `RootTokens`): the token key first, where there is
+    /// one, then the CA's key.
     pub fn root_tokens(&self) -> Result<RootTokens, Error> {
-        let key = KeyPair::from_pem(self.key_pem.expose()).map_err(pki("reading the CA key"))?;
-        Ok(RootTokens {
-            key: jsonwebtoken::EncodingKey::from_ec_der(&key.serialize_der()),
-        })
+        let der = |pem: &KeyPem, what| {
+            KeyPair::from_pem(pem.expose())
+                .map(|k| jsonwebtoken::EncodingKey::from_ec_der(&k.serialize_der()))
+                .map_err(pki(what))
+        };
+        let mut keys = Vec::with_capacity(2);
+        if let Some(token_key) = &self.token_key {
+            keys.push(der(token_key, "reading the token key")?);
+        }
+        keys.push(der(&self.key_pem, "reading the CA key")?);
+        Ok(RootTokens { keys })
     }
 
     /// The function's own client certificate: no common name, because etcd's JSON gateway
@@ -237,18 +261,27 @@ impl Ca {
     }
 }
 
-/// The function's credential for etcd's authentication: tokens it signs itself for `root`, with
-/// the CA's key, which members verify with the CA's certificate
-/// (`ETCD_AUTH_TOKEN=jwt,pub-key=<ca.crt>,sign-method=ES256`, verify-only: members sign none).
+/// The function's credential for etcd's authentication: tokens it signs itself for `root` with
+/// the cluster's token key, which members hold too
+/// (`ETCD_AUTH_TOKEN=jwt,priv-key=<token.key>,sign-method=ES256`).
 ///
 /// Why tokens and not the certificate's common name: the function speaks etcd's JSON gateway,
 /// which does not take the user from a client certificate, and refuses certificates with a
-/// common name at all once authentication is on. Why the CA's key: whoever holds it can already
-/// issue a `root` client certificate, so signing tokens with it grants nothing new, adds no
-/// secret to keep, and needs no quorum (unlike etcd's own Authenticate, a raft write), so a
-/// survivor's snapshot can still be taken when the quorum is lost.
+/// common name at all once authentication is on. Signing its own needs no quorum (unlike etcd's
+/// Authenticate, a raft write), so a survivor's snapshot can still be taken when the quorum is
+/// lost.
+///
+/// Why members hold the signing key, not only a public key: etcd's leader revokes an expired
+/// lease as `root` with a token its own provider signs (`authStore.WithRoot` in
+/// `revokeExpiredLeases`); a verify-only provider cannot, the revoke fails with "user name is
+/// empty", and leased keys (locks, elections, registrations) never go (etcd-io/etcd#14616).
+/// Members also sign the tokens of password users who log in over the gateway, and 3.5.11+
+/// answers `/health` as root the same way. The key is the cluster's own, not the CA's: the CA's
+/// key never leaves the function's parameters. Members of bundles handed out before the token
+/// key (three parts) still verify with the CA's certificate: the CA's key is the second signer,
+/// tried where the first is refused as an invalid token.
 pub struct RootTokens {
-    key: jsonwebtoken::EncodingKey,
+    keys: Vec<jsonwebtoken::EncodingKey>,
 }
 
 impl fmt::Debug for RootTokens {
@@ -265,15 +298,22 @@ struct Claims<'a> {
 }
 
 impl RootTokens {
-    /// A token for `root`, valid `ROOT_TOKEN_SECS` from `now`.
-    pub fn token(&self, now: Timestamp) -> Result<String, Error> {
+    /// How many signers there are (the token key and the CA's, or the CA's alone).
+    pub fn signers(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// A token for `root` from signer `signer` (0: the first), valid `ROOT_TOKEN_SECS` from
+    /// `now`.
+    pub fn token(&self, signer: usize, now: Timestamp) -> Result<String, Error> {
         let claims = Claims {
             username: ROOT_USER,
             revision: ROOT_TOKEN_REVISION,
             exp: now + ROOT_TOKEN_SECS,
         };
         let header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
-        jsonwebtoken::encode(&header, &claims, &self.key).map_err(|e| Error::Pki {
+        let key = &self.keys[signer.min(self.keys.len() - 1)];
+        jsonwebtoken::encode(&header, &claims, key).map_err(|e| Error::Pki {
             what: "signing a root token",
             detail: e.to_string(),
         })
@@ -413,8 +453,8 @@ mod tests {
     #[test]
     fn root_tokens_verify_with_the_ca_certificate_and_name_root() {
         let ca = Ca::generate("prod", NOW).unwrap();
-        let token = ca.root_tokens().unwrap().token(NOW).unwrap();
-        // Members verify with the public key in the CA's certificate (pub-key=ca.crt).
+        let token = ca.root_tokens().unwrap().token(0, NOW).unwrap();
+        // Members of bundles without a token key verify with the CA's certificate (pub-key=ca.crt).
         let der = parse(&ca.cert_pem);
         let (_, x) = X509Certificate::from_der(&der).unwrap();
         let point = x.public_key().subject_public_key.data.to_vec();
@@ -433,6 +473,75 @@ mod tests {
         let key = jsonwebtoken::DecodingKey::from_ec_der(&o.public_key().subject_public_key.data);
         assert!(jsonwebtoken::decode::<serde_json::Value>(&token, &key, &v).is_err());
         assert_eq!(format!("{:?}", ca.root_tokens().unwrap()), "RootTokens(..)");
+    }
+
+    /// The public point of a PKCS#8 P-256 key, as a JWT verifier takes it.
+    fn public_point(key: &KeyPem) -> Vec<u8> {
+        KeyPair::from_pem(key.expose())
+            .unwrap()
+            .public_key_raw()
+            .to_vec()
+    }
+
+    fn verifies(token: &str, point: &[u8]) -> bool {
+        let key = jsonwebtoken::DecodingKey::from_ec_der(point);
+        let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+        v.required_spec_claims.clear();
+        jsonwebtoken::decode::<serde_json::Value>(token, &key, &v).is_ok()
+    }
+
+    #[test]
+    fn with_a_token_key_members_get_it_in_their_bundle_and_tokens_are_signed_with_it_first() {
+        let mut ca = Ca::generate("prod", NOW).unwrap();
+        let token_key = generate_token_key().unwrap();
+        assert!(token_key
+            .expose()
+            .starts_with("-----BEGIN PRIVATE KEY-----"));
+        ca.token_key = Some(token_key.clone());
+        let tokens = ca.root_tokens().unwrap();
+        assert_eq!(tokens.signers(), 2);
+        let now = unix_now();
+        let first = tokens.token(0, now).unwrap();
+        assert!(verifies(&first, &public_point(&token_key)));
+        assert!(!verifies(&first, &public_point(&ca.key_pem)));
+        // The second signer is the CA's key, for members of older bundles.
+        let second = tokens.token(1, now).unwrap();
+        assert!(verifies(&second, &public_point(&ca.key_pem)));
+        // The bundle: CA certificate, member certificate, member key, token key.
+        let m = ca
+            .issue_member("i-1", "10.0.0.1", &[], 86_400, NOW)
+            .unwrap();
+        let bundle = m.bundle(&ca);
+        let parts: Vec<&str> = bundle
+            .expose()
+            .lines()
+            .filter(|l| l.starts_with("-----BEGIN "))
+            .collect();
+        assert_eq!(
+            parts,
+            [
+                "-----BEGIN CERTIFICATE-----",
+                "-----BEGIN CERTIFICATE-----",
+                "-----BEGIN PRIVATE KEY-----",
+                "-----BEGIN PRIVATE KEY-----"
+            ]
+        );
+        assert!(bundle.expose().ends_with(token_key.expose()));
+        // The token key is kept apart: never in the CA's own record.
+        let kept = serde_json::to_string(&ca).unwrap();
+        assert!(!kept.contains(token_key.expose().lines().nth(1).unwrap()));
+        let back: Ca = serde_json::from_str(&kept).unwrap();
+        assert_eq!(back.token_key, None);
+        // Without a token key: the three parts members had before.
+        ca.token_key = None;
+        assert_eq!(m.bundle(&ca).expose().matches("-----BEGIN ").count(), 3);
+    }
+
+    fn unix_now() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
     }
 
     #[test]

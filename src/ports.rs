@@ -112,6 +112,11 @@ pub trait Secrets: Send + Sync {
     fn load_ca(&self) -> impl Future<Output = Result<Option<Ca>, Error>> + Send;
     /// Create-only: `AlreadyExists` when another invocation created the CA first.
     fn create_ca(&self, ca: &Ca) -> impl Future<Output = Result<Created, Error>> + Send;
+    /// The cluster's token key (`Ca::token_key`), which members hold too.
+    fn load_token_key(&self) -> impl Future<Output = Result<Option<KeyPem>, Error>> + Send;
+    /// Create-only, as the CA.
+    fn create_token_key(&self, key: &KeyPem)
+        -> impl Future<Output = Result<Created, Error>> + Send;
     /// Create-only: a member keeps the material it was first given.
     /// Its certificate's end is published beside it (in plain: the planner rotates by it).
     fn hand_out(

@@ -484,7 +484,25 @@ async fn the_ca_and_member_keys_are_kept_as_secure_strings_created_once() {
         store.create_ca(&rival).await.unwrap(),
         Created::AlreadyExists
     );
-    assert_eq!(store.load_ca().await.unwrap(), Some(ca.clone()));
+    // The CA's record never holds the token key: that is kept apart, created once too.
+    let token_key = ca.token_key.clone().expect("a token key with the CA");
+    let loaded = store.load_ca().await.unwrap().unwrap();
+    assert_eq!(loaded.token_key, None);
+    assert_eq!(
+        etcd_asg_lifecycle::pki::Ca {
+            token_key: Some(token_key.clone()),
+            ..loaded
+        },
+        ca
+    );
+    assert_eq!(
+        store
+            .create_token_key(&etcd_asg_lifecycle::pki::generate_token_key().unwrap())
+            .await
+            .unwrap(),
+        Created::AlreadyExists
+    );
+    assert_eq!(store.load_token_key().await.unwrap(), Some(token_key));
     let kind = |name: String| {
         let ssm = ssm.clone();
         async move {
@@ -495,6 +513,8 @@ async fn the_ca_and_member_keys_are_kept_as_secure_strings_created_once() {
     };
     // (moto's SecureString is not really encrypted: the type is what we can check here.)
     let (t, _) = kind(store.ca_name()).await;
+    assert_eq!(t, aws_sdk_ssm::types::ParameterType::SecureString);
+    let (t, _) = kind(store.token_key_name()).await;
     assert_eq!(t, aws_sdk_ssm::types::ParameterType::SecureString);
 
     // A member's bundle: SecureString, tagged for its instance, created once, deleted on removal.

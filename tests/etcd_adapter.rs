@@ -360,13 +360,22 @@ struct ManagedMember {
     metrics: String,
 }
 
-/// `root_tokens`: the boot script points etcd at the CA's certificate for root tokens (false: a
-/// member of a config from before them).
+/// How a member takes etcd's tokens, as the boot script sets it up.
+#[derive(Clone, Copy, PartialEq)]
+enum Tokens {
+    /// A config from before root tokens: etcd's default (simple tokens).
+    None,
+    /// A bundle from before the token key: verify-only, with the CA's certificate.
+    CaVerifies,
+    /// Today's bundle: the cluster's token key, which signs and verifies.
+    TokenKey,
+}
+
 fn managed_member(
     d: &std::path::Path,
     ca: &etcd_asg_lifecycle::pki::Ca,
     now: i64,
-    root_tokens: bool,
+    tokens: Tokens,
 ) -> ManagedMember {
     let member = ca
         .issue_member("i-0tls", "127.0.0.1", &[], 90 * 86_400, now)
@@ -403,12 +412,22 @@ fn managed_member(
         .env("ETCD_PEER_KEY_FILE", &key_file)
         .env("ETCD_PEER_TRUSTED_CA_FILE", &ca_file)
         .env("ETCD_PEER_CLIENT_CERT_AUTH", "true");
-    if root_tokens {
-        // As the boot script has it: root tokens signed with the CA's key.
-        cmd.env(
-            "ETCD_AUTH_TOKEN",
-            format!("jwt,pub-key={ca_file},sign-method=ES256"),
-        );
+    match tokens {
+        Tokens::None => {}
+        Tokens::CaVerifies => {
+            cmd.env(
+                "ETCD_AUTH_TOKEN",
+                format!("jwt,pub-key={ca_file},sign-method=ES256"),
+            );
+        }
+        Tokens::TokenKey => {
+            let key = ca.token_key.as_ref().expect("a CA with a token key");
+            let key_file = write("token.key", key.expose());
+            cmd.env(
+                "ETCD_AUTH_TOKEN",
+                format!("jwt,priv-key={key_file},sign-method=ES256"),
+            );
+        }
     }
     let etcd = support::Proc::spawn("etcd-managed-tls", &mut cmd, &d.join("etcd.log"));
     ManagedMember {
@@ -450,7 +469,7 @@ async fn mutual_tls_with_the_certificates_the_function_issues() {
         peer,
         client,
         metrics,
-    } = managed_member(d, &ca, now, true);
+    } = managed_member(d, &ca, now, Tokens::CaVerifies);
 
     let function = EtcdMembers::new(
         Duration::from_secs(3),
@@ -558,8 +577,9 @@ async fn authentication_root_tokens_and_a_prefix_limited_client() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let now = now();
-    let ca = Ca::generate("auth-test", now).unwrap();
-    let m = managed_member(d, &ca, now, true);
+    let mut ca = Ca::generate("auth-test", now).unwrap();
+    ca.token_key = Some(etcd_asg_lifecycle::pki::generate_token_key().unwrap());
+    let m = managed_member(d, &ca, now, Tokens::TokenKey);
     let identity = own_identity(&ca, now).unwrap();
     let function = EtcdMembers::new(Duration::from_secs(3), Some(&identity))
         .unwrap()
@@ -680,13 +700,60 @@ async fn authentication_root_tokens_and_a_prefix_limited_client() {
         bytes += chunk.len();
     }
     assert!(bytes > 0);
-    // Without the root tokens the same certificate reads membership but changes nothing.
+    // Without the root tokens the same certificate changes nothing.
     let tokenless = EtcdMembers::new(Duration::from_secs(3), Some(&identity)).unwrap();
     let e = tokenless
         .add_learner(&m.client, "https://127.0.0.1:3")
         .await
         .unwrap_err();
     assert_eq!(e.refusal(), Some(Refusal::UserEmpty), "{e}");
+
+    // A lease expires and takes its key: the leader revokes it as root with a token it signs
+    // with the token key (a verify-only member cannot: etcd-io/etcd#14616).
+    let granted = etcdctl(d, &ca, "root", &m.client, &["lease", "grant", "2"]).unwrap();
+    let lease = granted.split_whitespace().nth(1).unwrap().to_string();
+    etcdctl(
+        d,
+        &ca,
+        "root",
+        &m.client,
+        &["put", "--lease", &lease, "/app/leased", "x"],
+    )
+    .unwrap();
+    eventually("the leased key gone with its lease", 15, || async {
+        let got = etcdctl(d, &ca, "root", &m.client, &["get", "/app/leased"]).unwrap();
+        got.is_empty().then_some(())
+    })
+    .await;
+}
+
+/// A member of a bundle from before the token key verifies only tokens signed with the CA's key:
+/// the function, holding both, is refused the first and uses the second there, and remembers.
+#[tokio::test]
+async fn a_member_of_a_bundle_before_the_token_key_takes_the_ca_signed_tokens() {
+    use etcd_asg_lifecycle::pki::Ca;
+    let dir = tempfile::tempdir().unwrap();
+    let now = now();
+    let mut ca = Ca::generate("older-bundle", now).unwrap();
+    let m = managed_member(dir.path(), &ca, now, Tokens::CaVerifies);
+    ca.token_key = Some(etcd_asg_lifecycle::pki::generate_token_key().unwrap());
+    let function = EtcdMembers::managed(Duration::from_secs(3), &ca).unwrap();
+    let endpoints = [m.client.clone()];
+    serving(&function, &endpoints).await;
+    function.enable_auth(&m.client).await.unwrap();
+    let v = known(function.observe(&endpoints, None).await);
+    assert!(v.auth_enabled);
+    assert!(
+        v.healthy.contains(&v.members[0].id),
+        "its status probe is answered"
+    );
+    let learner = function
+        .add_learner(&m.client, "https://127.0.0.1:2")
+        .await
+        .unwrap();
+    function.remove(&m.client, learner).await.unwrap();
+    let mut snapshot = function.snapshot(&m.client).await.unwrap();
+    assert!(snapshot.next_chunk().await.unwrap().is_some());
 }
 
 /// A warm environment outlives the function's one-day certificate: the adapter issues itself a
@@ -700,7 +767,7 @@ async fn the_functions_certificate_is_issued_again_before_it_ends() {
     let ca = Ca::generate("renewal-test", now - 3 * 86_400).unwrap();
     // A member of a config from before root tokens: with authentication off the function sends
     // none (such a member would refuse them), and works on.
-    let m = managed_member(dir.path(), &ca, now, false);
+    let m = managed_member(dir.path(), &ca, now, Tokens::None);
     let endpoints = [m.client.clone()];
     let fresh = EtcdMembers::managed(Duration::from_secs(3), &ca).unwrap();
     serving(&fresh, &endpoints).await;

@@ -34,6 +34,9 @@ pub struct EtcdMembers {
     /// such token, and etcd before 3.4.28/3.5.10 checks a token even with authentication off.
     root: Option<RootTokens>,
     auth_seen: std::sync::atomic::AtomicBool,
+    /// Per endpoint, the signer (`RootTokens`) whose token it took last, asked first next time:
+    /// a member of a bundle older than the token key verifies only the CA's.
+    signers: Mutex<std::collections::HashMap<String, usize>>,
     /// The highest revision this process compacted to: what `compacted_up_to` answers when
     /// etcd's authentication keeps it from reading the history.
     compacted_to: Mutex<i64>,
@@ -212,6 +215,38 @@ async fn call<T: DeserializeOwned>(
     })
 }
 
+/// `call` with each of `tokens` in turn while the last was refused as an invalid token (a
+/// member verifying another key's); none: one call without. Also says how many were refused.
+async fn call_with<T: DeserializeOwned>(
+    client: &reqwest::Client,
+    operation: &'static str,
+    endpoint: &str,
+    path: &str,
+    body: &Value,
+    timeout: Option<Duration>,
+    tokens: &[String],
+) -> (Result<T, Error>, usize) {
+    let mut tried = 0;
+    loop {
+        let token = tokens.get(tried).map(String::as_str);
+        let r = call(
+            client,
+            operation,
+            endpoint,
+            path,
+            body.clone(),
+            timeout,
+            token,
+        )
+        .await;
+        let invalid = matches!(&r, Err(e) if e.refusal() == Some(Refusal::InvalidAuthToken));
+        if !invalid || tried + 1 >= tokens.len() {
+            return (r, tried);
+        }
+        tried += 1;
+    }
+}
+
 /// What the function presents to etcd and trusts: PEM bytes, from files (ETCD_*_FILE) or from
 /// the certificate it issued itself (TLS=managed).
 pub struct ClientTls {
@@ -260,13 +295,15 @@ impl EtcdMembers {
             preferred: Mutex::new(None),
             root: None,
             auth_seen: std::sync::atomic::AtomicBool::new(false),
+            signers: Mutex::default(),
             compacted_to: Mutex::new(0),
         })
     }
 
     /// TLS=managed: the function's own certificate, issued from `ca` now and again at half its
-    /// life, and `root` through tokens signed with the CA's key (whether or not ETCD_AUTH turns
-    /// authentication on: once on, it stays on).
+    /// life, and `root` through tokens signed with the cluster's token key (or the CA's, for
+    /// members of older bundles), whether or not ETCD_AUTH turns authentication on: once on, it
+    /// stays on.
     pub fn managed(timeout: Duration, ca: &crate::pki::Ca) -> Result<Self, Error> {
         Self::managed_since(timeout, ca, unix_now())
     }
@@ -335,13 +372,54 @@ impl EtcdMembers {
         self
     }
 
-    /// A fresh root token, if the function holds the signer and etcd asked for a user.
-    fn token(&self) -> Result<Option<String>, Error> {
-        if !self.auth_seen.load(std::sync::atomic::Ordering::Relaxed) {
-            return Ok(None);
-        }
+    /// A fresh root token for `endpoint`, if the function holds the signers and etcd asked for a
+    /// user: from the signer the endpoint took last, else the first.
+    fn token(&self, endpoint: &str) -> Result<Option<String>, Error> {
+        Ok(self.tokens(endpoint)?.into_iter().next())
+    }
+
+    /// Fresh root tokens for `endpoint`, one per signer, the one it took last first; none while
+    /// etcd has not asked for a user.
+    fn tokens(&self, endpoint: &str) -> Result<Vec<String>, Error> {
+        let Some(root) = self
+            .root
+            .as_ref()
+            .filter(|_| self.auth_seen.load(std::sync::atomic::Ordering::Relaxed))
+        else {
+            return Ok(Vec::new());
+        };
+        let first = self.signer_of(endpoint);
         let now = unix_now();
-        self.root.as_ref().map(|r| r.token(now)).transpose()
+        (0..root.signers())
+            .map(|n| root.token((first + n) % root.signers(), now))
+            .collect()
+    }
+
+    fn signer_of(&self, endpoint: &str) -> usize {
+        self.signers
+            .lock()
+            .unwrap()
+            .get(endpoint)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Remembers that `endpoint` took the token `tried` places after its preferred one.
+    fn took(&self, endpoint: &str, tried: usize) {
+        if tried == 0 {
+            return;
+        }
+        let n = self.root.as_ref().map_or(1, RootTokens::signers);
+        let signer = (self.signer_of(endpoint) + tried) % n;
+        tracing::info!(
+            endpoint,
+            signer,
+            "a member verifies tokens of another key (a bundle from before the token key)"
+        );
+        self.signers
+            .lock()
+            .unwrap()
+            .insert(endpoint.to_string(), signer);
     }
 
     /// Whether a call made without a token was refused for naming no user, and we can be root:
@@ -371,19 +449,11 @@ impl EtcdMembers {
         let client = self.client()?;
         // At most twice: a second try carries a token, which `asks_for_root` never retries.
         loop {
-            let token = self.token()?;
-            let (body, timeout) = (body.clone(), timeout);
-            let r = call(
-                &client,
-                operation,
-                endpoint,
-                path,
-                body,
-                timeout,
-                token.as_deref(),
-            )
-            .await;
-            if !self.asks_for_root(token.is_some(), &r) {
+            let tokens = self.tokens(endpoint)?;
+            let (r, tried) =
+                call_with(&client, operation, endpoint, path, &body, timeout, &tokens).await;
+            self.took(endpoint, tried);
+            if !self.asks_for_root(!tokens.is_empty(), &r) {
                 return r;
             }
         }
@@ -456,29 +526,32 @@ impl EtcdMembers {
         // One status call per started member: it says whether the member answers, and the
         // answering member's own status names the leader.
         let mut probes = JoinSet::new();
-        let token = self.token()?;
         for m in members.iter().filter(|m| m.is_started()) {
-            let (id, urls) = (m.id, m.client_urls.clone());
+            let id = m.id;
+            let urls: Vec<(String, Vec<String>)> = m
+                .client_urls
+                .iter()
+                .map(|u| Ok((u.clone(), self.tokens(u)?)))
+                .collect::<Result<_, Error>>()?;
             let client = self.client()?;
-            let token = token.clone();
             probes.spawn(async move {
-                for url in urls {
+                for (url, tokens) in urls {
                     let path = "/v3/maintenance/status";
-                    let body = json!({});
-                    let status = call::<StatusResponse>(
+                    let (status, tried) = call_with::<StatusResponse>(
                         &client,
                         "status",
                         &url,
                         path,
-                        body,
+                        &json!({}),
                         Some(HEALTH_TIMEOUT),
-                        token.as_deref(),
-                    );
+                        &tokens,
+                    )
+                    .await;
                     // Only the member itself counts: anything else answering at its URL (an
                     // address reused by another etcd) says nothing of its health.
-                    if let Ok(s) = status.await {
+                    if let Ok(s) = status {
                         if s.header.member_id == id.0 {
-                            return Some((id, s));
+                            return Some((id, s, url, tried));
                         }
                     }
                 }
@@ -489,7 +562,8 @@ impl EtcdMembers {
         let mut statuses = std::collections::BTreeMap::new();
         let mut leader = None;
         while let Some(probe) = probes.join_next().await {
-            if let Ok(Some((id, status))) = probe {
+            if let Ok(Some((id, status, url, tried))) = probe {
+                self.took(&url, tried);
                 healthy.insert(id);
                 statuses.insert(id, MemberStatus::from(&status));
                 if id.0 == list.header.member_id {
@@ -852,7 +926,7 @@ impl Members for EtcdMembers {
             .post(url)
             .json(&json!({}))
             .timeout(SNAPSHOT_TIMEOUT);
-        if let Some(token) = self.token()? {
+        if let Some(token) = self.token(endpoint)? {
             request = request.header(reqwest::header::AUTHORIZATION, token);
         }
         let response = request.send().await.map_err(|e| Error::EtcdUnavailable {

@@ -85,14 +85,14 @@ pub async fn connect(config: Config, aws: &aws_config::SdkConfig) -> Result<Live
     })
 }
 
-/// TLS=managed: the cluster's CA, created (create-only) if there is none yet, and a short-lived
-/// certificate the function issues itself with it. The CA's remaining life is logged each time.
+/// TLS=managed: the cluster's CA and its token key, each created (create-only) if there is none
+/// yet. The CA's remaining life is logged each time.
 pub async fn cluster_ca(
     secrets: &impl crate::ports::Secrets,
     cluster: &str,
     now: Timestamp,
 ) -> Result<Ca, Error> {
-    let ca = match secrets.load_ca().await? {
+    let mut ca = match secrets.load_ca().await? {
         Some(ca) => ca,
         None => {
             let fresh = Ca::generate(cluster, now)?;
@@ -109,6 +109,22 @@ pub async fn cluster_ca(
             }
         }
     };
+    ca.token_key = Some(match secrets.load_token_key().await? {
+        Some(key) => key,
+        None => {
+            let fresh = crate::pki::generate_token_key()?;
+            match secrets.create_token_key(&fresh).await? {
+                Created::Created => {
+                    tracing::warn!("created the cluster's token key");
+                    fresh
+                }
+                Created::AlreadyExists => secrets.load_token_key().await?.ok_or(Error::Pki {
+                    what: "reading the token key",
+                    detail: "it exists and then does not: deleted by hand?".into(),
+                })?,
+            }
+        }
+    });
     let days_left = (ca.not_after - now) / 86_400;
     if days_left < 365 {
         tracing::error!(

@@ -161,6 +161,10 @@ impl SsmParameters {
         format!("{}/pki/ca", self.prefix)
     }
 
+    pub fn token_key_name(&self) -> String {
+        format!("{}/pki/token-key", self.prefix)
+    }
+
     pub fn tls_name(&self, instance: &str) -> String {
         format!("{}/tls/{instance}", self.prefix)
     }
@@ -365,6 +369,29 @@ impl ports::Secrets for SsmParameters {
         let value = serde_json::to_string(ca).expect("a CA serializes");
         self.put_typed(self.ca_name(), value, false, ParameterType::SecureString)
             .await
+    }
+
+    async fn load_token_key(&self) -> Result<Option<KeyPem>, Error> {
+        let name = self.token_key_name();
+        let value = self.get_decrypted(name.clone(), true).await?;
+        match value {
+            Some(v) if !v.contains("PRIVATE KEY-----") => Err(Error::BadParameter {
+                name,
+                detail: "not a PEM private key".into(),
+            }),
+            v => Ok(v.map(KeyPem::from)),
+        }
+    }
+
+    async fn create_token_key(&self, key: &KeyPem) -> Result<Created, Error> {
+        let value = key.expose().to_string();
+        self.put_typed(
+            self.token_key_name(),
+            value,
+            false,
+            ParameterType::SecureString,
+        )
+        .await
     }
 
     /// Written, then tagged (fail closed, as configs).

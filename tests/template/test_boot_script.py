@@ -215,6 +215,38 @@ def test_fetch_takes_the_latest_config_before_every_start_until_the_member_has_d
     assert len(aws_calls(box)) == 2
 
 
+def pem(kind, body):
+    return f"-----BEGIN {kind}-----\n{body}\n-----END {kind}-----\n"
+
+
+@pytest.mark.parametrize("with_token_key", [True, False])
+def test_a_tls_bundle_is_split_0600_and_the_token_key_makes_members_sign_tokens(box, with_token_key):
+    (box / "bin" / "etcd").write_text(FAKE_ETCD)
+    (box / "bin" / "etcd").chmod(0o755)
+    bundle = pem("CERTIFICATE", "Y2E=") + pem("CERTIFICATE", "bWVtYmVy") + pem("PRIVATE KEY", "bWVtYmVyLWtleQ==")
+    if with_token_key:
+        bundle += pem("PRIVATE KEY", "dG9rZW4ta2V5")
+    answers(box, ("value", CONFIG + "ETCD_CLIENT_CERT_AUTH=true\n"), ("value", bundle))
+    tls = box / "pki"
+    r = boot(box, "exec", TLS_DIR=str(tls))
+    assert r.returncode == 0, r.stderr
+    assert "--with-decryption" in aws_calls(box)[1] and "/etcd-asg-lifecycle/test/tls/i-1" in aws_calls(box)[1]
+    assert "bWVtYmVyLWtleQ==" in (tls / "member.key").read_text()
+    assert "dG9rZW4ta2V5" not in (tls / "member.key").read_text(), "the member key file holds one key"
+    files = ["ca.crt", "member.crt", "member.key"] + (["token.key"] if with_token_key else [])
+    assert sorted(p.name for p in tls.iterdir()) == sorted(files)
+    for f in files:
+        assert (tls / f).stat().st_mode & 0o077 == 0, f
+    auth = etcd_env(box)["ETCD_AUTH_TOKEN"]
+    if with_token_key:
+        # Members sign: the leader's lease revokes and password logins need it (etcd-io/etcd#14616).
+        assert auth == f"jwt,priv-key={tls / 'token.key'},sign-method=ES256"
+        assert "dG9rZW4ta2V5" in (tls / "token.key").read_text()
+    else:
+        assert auth == f"jwt,pub-key={tls / 'ca.crt'},sign-method=ES256"
+    assert "dG9rZW4ta2V5" not in r.stderr and "bWVtYmVyLWtleQ==" not in r.stderr, "keys never reach the log"
+
+
 def test_run_refuses_to_start_etcd_without_a_config(box):
     r = boot(box, "run")
     assert r.returncode == 1 and "not starting etcd" in r.stderr
