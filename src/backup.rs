@@ -247,6 +247,7 @@ mod tests {
             cluster: crate::model::ClusterState::unreachable(""),
             published: Default::default(),
             backups: vec![backup(10, 1), backup(20, 2)],
+            backups_failing: None,
             now: 100,
         };
         let manual = BackupPolicy {

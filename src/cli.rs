@@ -653,6 +653,7 @@ mod tests {
             }),
             published: PublishedState::default(),
             backups: vec![],
+            backups_failing: None,
             now: 10,
         };
         let rows = rows(&obs, |a| format!("http://{a}:2380"));

@@ -54,6 +54,16 @@ pub struct World {
     pub restore_request: Option<String>,
     /// The backup bucket: key → (backup, content).
     pub bucket: BTreeMap<String, (Backup, String)>,
+    /// The bucket refuses listings, or stores (a deleted bucket, a disabled KMS key, a policy).
+    pub bucket_list_fails: bool,
+    pub bucket_store_fails: bool,
+}
+
+fn store_failure(operation: &'static str) -> Error {
+    Error::Aws {
+        operation,
+        source: "AccessDenied: the bucket's KMS key is disabled".into(),
+    }
 }
 
 /// A snapshot streamed in small chunks.
@@ -68,6 +78,9 @@ impl SnapshotStream for Chunks {
 
 impl Backups for Fake {
     async fn list(&self) -> Result<Vec<Backup>, Error> {
+        if self.world().bucket_list_fails {
+            return Err(store_failure("ListObjectsV2"));
+        }
         let mut v: Vec<Backup> = self
             .world()
             .bucket
@@ -83,6 +96,10 @@ impl Backups for Fake {
         mut snapshot: Snapshot,
         facts: &SnapshotFacts,
     ) -> Result<(Backup, String), Error> {
+        if self.world().bucket_store_fails {
+            self.world().calls.push("store failed".into());
+            return Err(store_failure("PutObject"));
+        }
         let mut content = Vec::new();
         while let Some(chunk) = snapshot.next_chunk().await? {
             content.extend(chunk);

@@ -195,6 +195,7 @@ mod tests {
             }),
             published: PublishedState::default(),
             backups: vec![],
+            backups_failing: None,
             now: 1000,
         };
         let m = Metrics::observed(&obs, &[]);

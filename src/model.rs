@@ -506,6 +506,10 @@ pub struct Observation {
     pub published: PublishedState,
     /// Complete backups, oldest first; empty when backups are off.
     pub backups: Vec<Backup>,
+    /// Why the backup store cannot be used this invocation (its listing or a backup failed):
+    /// then `backups` is empty and says nothing, and no rule acts on backups. Membership never
+    /// waits for the store.
+    pub backups_failing: Option<String>,
     pub now: Timestamp,
 }
 

@@ -530,6 +530,13 @@ fn without_cluster(
         let Some(policy) = settings.backup.as_ref() else {
             return unreachable();
         };
+        // Whether there is a backup, and which is freshest, is unknown: restore nothing on a
+        // guess (and take no survivor's snapshot into a store that fails).
+        if let Some(why) = &obs.backups_failing {
+            return waiting(Wait::ClusterUnreachable {
+                detail: format!("{detail}; the backup store fails ({why}): nothing is restored"),
+            });
+        }
         if !crate::backup::every_member_gone(obs) {
             let Some(survivor) = crate::backup::quorum_lost_for_good(
                 obs,
@@ -861,8 +868,12 @@ impl<'a> Planner<'a> {
         })
     }
 
+    /// Best effort: while the store fails the member is removed without (README, Backups).
     fn backup_before_removal(&self) -> Option<Step> {
         self.settings.backup.as_ref()?;
+        if self.obs.backups_failing.is_some() {
+            return None;
+        }
         let stale =
             crate::backup::stale_for_removal(&self.obs.backups, &self.token(), self.obs.now);
         stale
@@ -894,6 +905,9 @@ impl<'a> Planner<'a> {
 
     fn scheduled_backup(&self) -> Option<Step> {
         let policy = self.settings.backup.as_ref()?;
+        if self.obs.backups_failing.is_some() {
+            return None;
+        }
         let due = crate::backup::due(
             &self.obs.backups,
             &self.token(),
@@ -907,6 +921,9 @@ impl<'a> Planner<'a> {
 
     fn prune(&self) -> Option<Step> {
         let policy = self.settings.backup.as_ref()?;
+        if self.obs.backups_failing.is_some() {
+            return None;
+        }
         crate::backup::expired(&self.obs.backups, self.obs.now, policy)
             .into_iter()
             .next()

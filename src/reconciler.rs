@@ -142,6 +142,9 @@ impl Meter {
     }
 }
 
+/// One invocation's listing of the backup store: the backups, or why the store is not used.
+type Listed = Option<Result<Vec<crate::model::Backup>, String>>;
+
 pub struct Reconciler<G, L, P, M, B = NoBackups> {
     pub group: G,
     pub lifecycle: L,
@@ -268,12 +271,10 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
     }
 
     /// `listed` keeps the bucket's listing across the observations of one invocation: only a
-    /// step of ours changes it (taken, pruned), and polling must not list it every pause.
-    async fn observe(
-        &self,
-        meter: &Meter,
-        listed: &mut Option<Vec<crate::model::Backup>>,
-    ) -> Result<Observation, Error> {
+    /// step of ours changes it (taken, pruned), and polling must not list it every pause. A
+    /// listing that fails (or a backup that failed) is kept too, as why the store is not used:
+    /// membership goes on without it.
+    async fn observe(&self, meter: &Meter, listed: &mut Listed) -> Result<Observation, Error> {
         meter.observations.fetch_add(1, Ordering::Relaxed);
         // Group, then parameters, then etcd: a config is written only after its member exists,
         // so a config seen here without its member means the member has since been removed.
@@ -288,20 +289,23 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             .collect();
         let expected = published.cluster.as_ref().and_then(|r| r.cluster_id);
         let cluster = meter.etcd(self.members.observe(&endpoints, expected)).await;
-        let backups = match (&self.backups, listed.as_ref()) {
-            (Some(_), Some(cached)) => cached.clone(),
-            (Some(b), None) => {
-                let fresh = meter.aws(b.list()).await?;
-                *listed = Some(fresh.clone());
-                fresh
-            }
-            (None, _) => vec![],
+        if let (Some(b), None) = (&self.backups, listed.as_ref()) {
+            *listed = Some(meter.aws(b.list()).await.map_err(|e| {
+                tracing::error!(error = ?e, "the backup store cannot be listed: going on without backups this invocation");
+                e.to_string()
+            }));
+        }
+        let (backups, backups_failing) = match listed.as_ref().filter(|_| self.backups.is_some()) {
+            Some(Ok(found)) => (found.clone(), None),
+            Some(Err(why)) => (vec![], Some(why.clone())),
+            None => (vec![], None),
         };
         Ok(Observation {
             instances,
             cluster,
             published,
             backups,
+            backups_failing,
             now: (self.clock)(),
         })
     }
@@ -330,11 +334,14 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         let mut failures = 0u32;
         let mut last_wait = None;
         let mut last_applied: Option<Step> = None;
-        let mut listed = None;
+        let mut listed: Listed = None;
         // Steps applied, refusals and errors by kind, for the metrics.
         let mut counts = Metrics::default();
         loop {
             let obs = self.observe(&meter, &mut listed).await?;
+            if obs.backups_failing.is_some() && counts.get("BackupFailed").is_none() {
+                counts.count("BackupFailed".to_string());
+            }
             if let Some(id) = hint.filter(|_| steps.is_empty() && failures == 0) {
                 if obs.instance(id).is_none() {
                     let reason = format!("is not in group {:?}", self.config.group_name);
@@ -415,6 +422,10 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                 continue;
             }
             let applying = Instant::now();
+            if matches!(step, Step::Backup { .. }) {
+                // A snapshot can take long: every held hook gets its heartbeat before it.
+                self.heartbeat_held(&obs, &meter).await;
+            }
             match self.apply(&step, &obs, &meter).await {
                 Ok(outcome) => {
                     log_decision(&step, outcome);
@@ -441,6 +452,14 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                         return Ok(done(waiting, &meter, steps, &counts));
                     }
                 }
+                // The store (or a snapshot) failing costs this invocation its backups, never its
+                // membership work: the rules go on as if backups were off, and the next
+                // invocation tries again. BackupFailed counts it (the BackupFailing alarm).
+                Err(e) if matches!(step, Step::Backup { .. } | Step::Prune { .. }) => {
+                    tracing::error!(step = step.name(), error = ?e, "backup store or snapshot failed: going on without backups this invocation");
+                    listed = Some(Err(e.to_string()));
+                    last_applied = None;
+                }
                 Err(e) if e.is_retryable() => {
                     failures += 1;
                     last_applied = None;
@@ -457,6 +476,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                     }
                     if Instant::now() + pause > patience_until {
                         if !not_yet {
+                            self.heartbeat_held(&obs, &meter).await;
                             return Err(e);
                         }
                         // "Not yet" is a wait, not a failure: keep every held hook alive and
@@ -472,7 +492,10 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                     }
                     meter.sleep(pause).await;
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    self.heartbeat_held(&obs, &meter).await;
+                    return Err(e);
+                }
             }
             if steps.len() >= MAX_STEPS || Instant::now() > stop_at {
                 warn!(
@@ -761,6 +784,20 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
 
     /// While work waits on something slow, keep the held instances' hooks from timing out. Not
     /// when the cluster is unreachable: then the hooks' default results are the right end.
+    /// Heartbeats every held hook on the way out of a failure, or before a long step: failing
+    /// to is logged, never the invocation's outcome.
+    async fn heartbeat_held(&self, obs: &Observation, meter: &Meter) {
+        for (instance, transition) in planner::held(obs) {
+            match meter
+                .aws(self.lifecycle.heartbeat(&instance, transition))
+                .await
+            {
+                Ok(c) => info!(%instance, %transition, completion = ?c, "lifecycle heartbeat"),
+                Err(e) => warn!(%instance, %transition, error = ?e, "lifecycle heartbeat failed"),
+            }
+        }
+    }
+
     async fn heartbeat(&self, obs: &Observation, wait: &Wait, meter: &Meter) -> Result<(), Error> {
         if matches!(wait, Wait::ClusterUnreachable { .. }) {
             return Ok(());

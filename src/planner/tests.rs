@@ -69,6 +69,7 @@ fn given(instances: Vec<Instance>) -> Given {
             cluster: ClusterState::unreachable("connection refused"),
             published: PublishedState::default(),
             backups: vec![],
+            backups_failing: None,
             now: 1000,
         },
         settings: None,
@@ -1217,6 +1218,17 @@ fn a_lost_majority_with_a_newer_survivor_is_snapshotted_then_restored_from_it() 
     let mut behind = g();
     behind.obs.backups = vec![backup_at(60)];
     assert!(matches!(behind.plan(), Step::Restore { backup, .. } if backup.revision == 60));
+    // While the store fails, which backup is freshest is unknown: nothing is snapshotted or
+    // restored on a guess.
+    for mut failing in [g(), then, behind] {
+        failing.obs.backups = vec![];
+        failing.obs.backups_failing = Some("AccessDenied".into());
+        assert!(
+            matches!(failing.plan(), Step::Wait(Wait::ClusterUnreachable { ref detail }) if detail.contains("backup store fails")),
+            "{:?}",
+            failing.plan()
+        );
+    }
 }
 
 #[test]

@@ -740,6 +740,73 @@ async fn a_healthy_member_leaves_only_behind_a_fresh_snapshot() {
 }
 
 #[tokio::test]
+async fn a_backup_store_that_cannot_be_listed_stops_no_membership_work() {
+    let world = three_member_cluster().await;
+    let r = with_backups(&world);
+    converge_with(&r, &world).await; // the first scheduled backup
+    world.world().bucket_list_fails = true;
+    world.world().now += 120;
+    // A scale-out joins, and a healthy member leaves without the (best-effort) fresh snapshot.
+    world.launch(4);
+    let resp = r
+        .handle(&lifecycle_event("launch", "i-00000004"), far())
+        .await
+        .unwrap();
+    let Response::Reconciled { metrics, .. } = &resp else {
+        panic!("{resp:?}")
+    };
+    assert_eq!(metrics.get("BackupFailed"), Some(1), "{metrics:?}");
+    converge_with(&r, &world).await;
+    world.start_terminating("i-00000002");
+    converge_with(&r, &world).await;
+    assert_converged(&world);
+    let w = world.world();
+    let names: Vec<&str> = w.members.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["i-00000001", "i-00000003", "i-00000004"]);
+    assert_eq!(
+        w.bucket.len(),
+        1,
+        "no snapshot stored while the store fails"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_store_costs_the_backup_never_a_held_hooks_heartbeat() {
+    let world = three_member_cluster().await;
+    // A termination held for quorum (2's etcd is down), and a scheduled backup due.
+    world.world().dead.insert("i-00000002".into());
+    world.start_terminating("i-00000003");
+    world.world().bucket_store_fails = true;
+    let r = with_backups(&world);
+    let resp = r.handle(&schedule(), far()).await.unwrap();
+    let (_, waiting, held) = reconciled(&resp);
+    assert!(
+        waiting.unwrap().starts_with("quorum-guard i-00000003"),
+        "{resp:?}"
+    );
+    assert_eq!(held.len(), 1);
+    let calls = world.calls();
+    let failed = calls
+        .iter()
+        .position(|c| c == "store failed")
+        .expect("a backup was tried");
+    let beats: Vec<usize> = calls
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| *c == "heartbeat terminate i-00000003")
+        .map(|(n, _)| n)
+        .collect();
+    assert!(
+        beats.first().is_some_and(|&b| b < failed),
+        "a heartbeat before the snapshot: {calls:#?}"
+    );
+    assert!(
+        beats.last().is_some_and(|&b| b > failed),
+        "and on the way out: {calls:#?}"
+    );
+}
+
+#[tokio::test]
 async fn scheduled_snapshots_wait_for_the_interval_and_a_moved_revision() {
     use crate::model::MemberStatus;
     let world = three_member_cluster().await;

@@ -45,6 +45,8 @@ METRIC_ALARMS = {
                              1, "notBreaching"),
     "NospaceRaisedAlarm": ("NospaceAlarm", "Maximum", 60, 1, None, "GreaterThanOrEqualToThreshold",
                            1, "notBreaching"),
+    # The store or snapshots failing in every invocation for 15 minutes.
+    "BackupFailingAlarm": ("BackupFailed", "Sum", 300, 3, 3, "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
     # A year ahead of the CA's end (TLS=managed).
     "CaExpiringAlarm": ("CaDaysLeft", "Minimum", 3600, 1, None, "LessThanThreshold", 365, "notBreaching"),
 }
