@@ -3,7 +3,7 @@
 #
 # The instance decides nothing: it waits until the function has added it to the cluster and
 # published its config in SSM Parameter Store (<prefix>/members/<instance id>), then starts etcd
-# with exactly that config. The same file runs as EC2 user data (template.yaml embeds it) and in
+# with exactly that config. The same file runs as EC2 user data (template.yaml embeds it, less its comments) and in
 # the local simulation (BOOT_MODE=exec).
 #
 # Modes (the first argument, else BOOT_MODE):

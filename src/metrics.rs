@@ -52,6 +52,10 @@ impl Metrics {
             })
             .collect();
         m.set("InstancesHeld", held.len() as i64, "Count");
+        if obs.backups_failing.is_some() {
+            // Once per invocation: its listing, a snapshot or an upload failed (BackupFailingAlarm).
+            m.set("BackupFailed", 1, "Count");
+        }
         let oldest_launch = held
             .iter()
             .filter(|i| i.state == LifecycleState::PendingWait)

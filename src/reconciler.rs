@@ -339,9 +339,6 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         let mut counts = Metrics::default();
         loop {
             let obs = self.observe(&meter, &mut listed).await?;
-            if obs.backups_failing.is_some() && counts.get("BackupFailed").is_none() {
-                counts.count("BackupFailed".to_string());
-            }
             if let Some(id) = hint.filter(|_| steps.is_empty() && failures == 0) {
                 if obs.instance(id).is_none() {
                     let reason = format!("is not in group {:?}", self.config.group_name);

@@ -1,15 +1,39 @@
-"""Writes boot/etcd-boot.sh into template.yaml's user data, byte for byte.
+"""Writes boot/etcd-boot.sh into template.yaml's user data, without its comment lines.
 
-The script sits in a YAML literal block whose header line ends with the marker below; the block
-runs until the first non-blank line indented less than its content. `--check` only compares.
+EC2 takes at most 16 KiB of user data: the script's comments stay in boot/etcd-boot.sh, where
+it is read and tested, and every other line reaches the instance byte for byte (comment lines
+inside a here-document are kept: they are data). The script sits in a YAML literal block whose
+header line ends with the marker below; the block runs until the first non-blank line indented
+less than its content. `--check` only compares.
 """
 
+import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKER = "- |  # boot/etcd-boot.sh"
 INDENT = " " * 18
+
+
+def without_comments(script: str) -> str:
+    """The script less its full-line comments (the shebang kept) and blank lines, outside
+    here-documents."""
+    out, heredoc = [], None
+    for n, line in enumerate(script.splitlines(keepends=True)):
+        if heredoc is not None:
+            out.append(line)
+            if line.strip() == heredoc:
+                heredoc = None
+            continue
+        stripped = line.strip()
+        if (stripped.startswith("#") and n > 0) or not stripped:
+            continue
+        out.append(line)
+        m = re.search(r"<<-?\s*['\"]?([A-Za-z_]+)['\"]?\s*$", line)
+        if m:
+            heredoc = m.group(1)
+    return "".join(out)
 
 
 def render(template: str, script: str) -> str:
@@ -21,6 +45,7 @@ def render(template: str, script: str) -> str:
     # Keep the blank line that separates the block from the next resource out of the block.
     while end > start and not lines[end - 1].strip():
         end -= 1
+    script = without_comments(script)
     block = [INDENT + line if line.strip() else "\n" for line in script.splitlines(keepends=True)]
     return "".join(lines[:start] + block + lines[end:])
 
