@@ -157,6 +157,27 @@ pub fn quorum_lost_for_good<'a>(
         .max_by_key(|s| (s.status.revision, s.member))
 }
 
+/// The operator's restore request, if it was made for the loss of the current generation: one
+/// written before that generation was created (by a restore, which it may have asked for) would
+/// otherwise restore an old snapshot over fresher data at the next loss, weeks later.
+fn request_for_this_generation(obs: &Observation) -> Option<&str> {
+    let request = obs.published.restore_request.as_deref()?;
+    let created = obs.published.cluster.as_ref().map(|r| r.created_at);
+    match (obs.published.restore_request_at, created) {
+        (Some(at), Some(created)) if at <= created => {
+            tracing::warn!(
+                request,
+                requested_at = at,
+                generation_created_at = created,
+                "ignoring a restore request older than the cluster's current generation: put a \
+                 new one for this loss"
+            );
+            None
+        }
+        _ => Some(request),
+    }
+}
+
 pub fn choose(obs: &Observation, policy: &BackupPolicy) -> Choice {
     let freshest = || {
         obs.backups
@@ -166,7 +187,7 @@ pub fn choose(obs: &Observation, policy: &BackupPolicy) -> Choice {
     };
     let found = match policy.recovery {
         Recovery::Auto => freshest(),
-        Recovery::Manual => match obs.published.restore_request.as_deref() {
+        Recovery::Manual => match request_for_this_generation(obs) {
             None => return Choice::AwaitRequest,
             Some("latest") => freshest(),
             Some(key) => obs.backups.iter().find(|b| b.key == key).cloned(),
@@ -260,6 +281,17 @@ mod tests {
         obs.published.restore_request = Some("p/t/10".into());
         assert_eq!(choose(&obs, &manual), Choice::Restore(backup(10, 1)));
         obs.published.restore_request = Some("latest".into());
+        assert_eq!(choose(&obs, &manual), Choice::Restore(backup(20, 2)));
+        // A request written before the current generation was created (the one that restored
+        // it, weeks ago) is not for this loss.
+        obs.published.cluster = Some(crate::model::ClusterRecord::bootstrapping(
+            "t2".into(),
+            "i-2".into(),
+            50,
+        ));
+        obs.published.restore_request_at = Some(49);
+        assert_eq!(choose(&obs, &manual), Choice::AwaitRequest);
+        obs.published.restore_request_at = Some(60);
         assert_eq!(choose(&obs, &manual), Choice::Restore(backup(20, 2)));
         assert_eq!(choose(&obs, &policy()), Choice::Restore(backup(20, 2)));
         obs.backups.clear();

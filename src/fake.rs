@@ -52,6 +52,7 @@ pub struct World {
     /// The keyspace, as one string: what a snapshot streams and a restore brings back.
     pub data: String,
     pub restore_request: Option<String>,
+    pub restore_request_at: Option<Timestamp>,
     /// The backup bucket: key → (backup, content).
     pub bucket: BTreeMap<String, (Backup, String)>,
     /// The bucket refuses listings, or stores (a deleted bucket, a disabled KMS key, a policy).
@@ -393,6 +394,7 @@ impl PublishedConfig for Fake {
             members: w.configs.clone(),
             down_since: w.down_since.clone(),
             restore_request: w.restore_request.clone(),
+            restore_request_at: w.restore_request_at,
             cert_not_after: w.cert_not_after.clone(),
         })
     }
@@ -426,7 +428,9 @@ impl PublishedConfig for Fake {
     }
 
     async fn request_restore(&self, key: &str) -> Result<(), Error> {
-        self.world().restore_request = Some(key.to_string());
+        let mut w = self.world();
+        w.restore_request = Some(key.to_string());
+        w.restore_request_at = Some(w.now);
         Ok(())
     }
 

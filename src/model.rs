@@ -496,6 +496,9 @@ pub struct PublishedState {
     pub cert_not_after: BTreeMap<String, Timestamp>,
     /// An operator's request to restore (RECOVERY=manual): a backup key, or `latest`.
     pub restore_request: Option<String>,
+    /// When the request was last written (SSM's LastModifiedDate): it is for the loss of the
+    /// generation it postdates, never a later one (`backup::choose`).
+    pub restore_request_at: Option<Timestamp>,
 }
 
 /// One complete look at the world; the planner decides from this alone.

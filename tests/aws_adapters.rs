@@ -448,6 +448,17 @@ async fn published_config_round_trips_through_ssm() {
     store.unpublish("i-00000001").await.unwrap(); // already gone: fine
     assert!(store.load().await.unwrap().members.is_empty());
 
+    // A restore request carries when it was written: it is for the loss it postdates.
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    store.request_restore("latest").await.unwrap();
+    let state = store.load().await.unwrap();
+    assert_eq!(state.restore_request.as_deref(), Some("latest"));
+    let at = state.restore_request_at.expect("SSM's LastModifiedDate");
+    assert!((before - 5..=before + 5).contains(&at), "{at} vs {before}");
+
     // A cluster record nobody can read stops everything: bootstrapping over it could split brain.
     ssm.put_parameter()
         .name(store.cluster_name())

@@ -207,6 +207,7 @@ impl ports::PublishedConfig for SsmParameters {
                     state.cluster = Some(Self::parse_record(name, value)?);
                 } else if name == restore_request {
                     state.restore_request = Some(value.trim().to_string());
+                    state.restore_request_at = p.last_modified_date().map(|d| d.secs());
                 } else if let Some(instance) = name.strip_prefix(&down_path) {
                     match value.trim().parse() {
                         Ok(since) => {

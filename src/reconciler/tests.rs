@@ -869,6 +869,52 @@ async fn when_every_member_is_lost_the_cluster_comes_back_from_the_latest_backup
 }
 
 #[tokio::test]
+async fn a_manual_restore_request_is_used_for_one_loss_never_the_next() {
+    let world = three_member_cluster().await;
+    world.world().data = "first".into();
+    let manual = reconciler_with(
+        &world,
+        &[("BACKUP_BUCKET", "backups"), ("RECOVERY", "manual")],
+    );
+    manual.handle(&schedule(), far()).await.unwrap();
+    let lose_everything = |first: u8| {
+        {
+            let mut w = world.world();
+            w.instances.clear();
+            w.members.clear();
+            w.data.clear();
+            w.now += 60;
+        }
+        for n in first..first + 3 {
+            world.launch(n);
+        }
+    };
+    lose_everything(4);
+    world.world().now += 60;
+    let (key, at) = (Some("latest".to_string()), Some(world.world().now));
+    (
+        world.world().restore_request,
+        world.world().restore_request_at,
+    ) = (key, at);
+    converge_with(&manual, &world).await;
+    assert_eq!(world.world().data, "first", "restored on request");
+    let restored = world.world().record.clone().unwrap();
+    // Weeks later, with newer data backed up, every member is lost again: the old request (still
+    // there) is not for this loss.
+    world.world().now += 21 * 86_400;
+    world.world().data = "newer".into();
+    manual.handle(&schedule(), far()).await.unwrap();
+    lose_everything(7);
+    let resp = manual.handle(&schedule(), far()).await.unwrap();
+    let (_, waiting, _) = reconciled(&resp);
+    assert!(
+        waiting.unwrap().starts_with("await-restore-request"),
+        "{resp:?}"
+    );
+    assert_eq!(world.world().record, Some(restored));
+}
+
+#[tokio::test]
 async fn a_partition_is_not_a_loss_and_manual_recovery_waits_for_the_operator() {
     let world = three_member_cluster().await;
     let r = with_backups(&world);
