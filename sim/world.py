@@ -580,6 +580,16 @@ class Simulation:
         env.update(extra_env or {})
         return subprocess.run([binary, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
+    def etcdctl(self, url: str, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+        """etcdctl (gRPC) at `url` as root, with the CLI's root certificate once TLS is on."""
+        ctl = os.path.join(os.path.dirname(self.etcd_bin), "etcdctl")
+        cmd = [ctl, "--endpoints", url, "--command-timeout", "5s"]
+        if self.tls:
+            c = self.client_cert_dir
+            cmd += ["--cacert", f"{c}/ca.crt", "--cert", f"{c}/root.crt", "--key", f"{c}/root.key"]
+        return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout,
+                              env={"ETCDCTL_API": "3"})
+
     def status_table(self) -> str:
         """What an operator sees: ``etcd-asg status``."""
         r = self.cli("status")

@@ -471,7 +471,8 @@ pub fn write_client_files(
     user: &str,
     ca_pem: &str,
     issued: &crate::pki::Issued,
-) -> Result<[std::path::PathBuf; 3], crate::Error> {
+    password: Option<&crate::pki::Password>,
+) -> Result<Vec<std::path::PathBuf>, crate::Error> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let failed = |path: &std::path::Path, e: std::io::Error| crate::Error::Config {
@@ -480,12 +481,16 @@ pub fn write_client_files(
         reason: format!("cannot be written: {e}"),
     };
     std::fs::create_dir_all(dir).map_err(|e| failed(dir, e))?;
-    let paths = [
+    let mut paths = vec![
         dir.join("ca.crt"),
         dir.join(format!("{user}.crt")),
         dir.join(format!("{user}.key")),
     ];
-    let texts = [ca_pem, issued.cert_pem.as_str(), issued.key_pem.expose()];
+    let mut texts = vec![ca_pem, issued.cert_pem.as_str(), issued.key_pem.expose()];
+    if let Some(p) = password {
+        paths.push(dir.join(format!("{user}.password")));
+        texts.push(p.expose());
+    }
     for (path, text) in paths.iter().zip(texts) {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
@@ -529,6 +534,7 @@ pub fn prefix_grant(
             user: user.to_string(),
             prefix,
             read_only,
+            password: None,
         })),
     }
 }
@@ -537,7 +543,7 @@ pub fn prefix_grant(
 /// them.
 pub fn client_cert_text(
     user: &str,
-    files: &[std::path::PathBuf; 3],
+    files: &[std::path::PathBuf],
     not_after: Timestamp,
     obs: &Observation,
     grant: Option<&PrefixGrant>,
@@ -569,6 +575,33 @@ pub fn client_cert_text(
         ),
         None => (String::new(), "endpoint health".to_string()),
     };
+    if let Some(password) = files.get(3) {
+        // A gateway user: a login, then its token on every call.
+        let first = endpoints.split(',').next().unwrap_or_default();
+        let tls = format!(
+            "--cacert {} --cert {} --key {}",
+            files[0].display(),
+            files[1].display(),
+            files[2].display()
+        );
+        let password = password.display();
+        return format!(
+            r#"gateway user {user}: certificate (valid until {not_after}, epoch seconds) and password:
+  {}
+  {}
+  {}
+  {password} (private: hand the key and the password over as secrets)
+{access}
+# log in (the answer's "token"), then send the token as the Authorization header:
+curl -s {tls} {first}/v3/auth/authenticate \
+  -d "{{\"name\":\"{user}\",\"password\":\"$(cat {password})\"}}"
+curl -s {tls} -H "Authorization: <token>" {first}/v3/kv/range -d '{{"key":"<base64 key>"}}'
+"#,
+            files[0].display(),
+            files[1].display(),
+            files[2].display(),
+        );
+    }
     format!(
         "client certificate for etcd user {user} (valid until {not_after}, epoch seconds):\n  \
          {}\n  {}\n  {} (private: hand it over as a secret)\n{access}\n\

@@ -55,6 +55,35 @@ impl fmt::Debug for KeyPem {
     }
 }
 
+/// A password (a gateway user's). Shown as `Password(..)`: never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(String);
+
+impl Password {
+    /// 32 characters of URL-safe base64 from 24 random bytes of the OS (192 bits).
+    pub fn generate() -> Result<Password, Error> {
+        use base64::Engine;
+        let mut bytes = [0u8; 24];
+        getrandom::getrandom(&mut bytes).map_err(|e| Error::Pki {
+            what: "a password",
+            detail: e.to_string(),
+        })?;
+        Ok(Password(
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes),
+        ))
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Password(..)")
+    }
+}
+
 /// The cluster's CA as it is kept (a SecureString): its subject name, certificate and key; and,
 /// kept apart (`<prefix>/pki/token-key`), the cluster's token key (see `RootTokens`).
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
@@ -242,8 +271,16 @@ impl Ca {
         self.sign(p, now)
     }
 
-    /// A client certificate for etcd user `user` (etcd takes the user from the common name).
-    pub fn issue_client(&self, user: &str, secs: i64, now: Timestamp) -> Result<Issued, Error> {
+    /// A client certificate for etcd user `user` (etcd takes the user from the common name);
+    /// for a gateway user (`common_name` false) none: etcd's JSON gateway refuses a certificate
+    /// with one once authentication is on, and the user logs in with a password instead.
+    pub fn issue_client(
+        &self,
+        user: &str,
+        secs: i64,
+        now: Timestamp,
+        common_name: bool,
+    ) -> Result<Issued, Error> {
         if user.is_empty()
             || !user
                 .chars()
@@ -255,6 +292,13 @@ impl Ca {
             });
         }
         let mut p = params(user, now, now + secs)?;
+        if !common_name {
+            p.distinguished_name = DistinguishedName::new();
+            p.distinguished_name.push(
+                DnType::OrganizationName,
+                format!("etcd gateway user {user}"),
+            );
+        }
         p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         self.sign(p, now)
@@ -400,7 +444,7 @@ mod tests {
     #[test]
     fn a_client_certificate_names_its_user_and_is_for_clients_only() {
         let ca = Ca::generate("prod", NOW).unwrap();
-        let c = ca.issue_client("app-reader", 3600, NOW).unwrap();
+        let c = ca.issue_client("app-reader", 3600, NOW, true).unwrap();
         let der = parse(&c.cert_pem);
         let (_, x) = X509Certificate::from_der(&der).unwrap();
         let cn = x
@@ -415,7 +459,10 @@ mod tests {
         assert!(eku.client_auth && !eku.server_auth);
         assert_eq!(c.not_after, NOW + 3600);
         for bad in ["", "a b", "x\ny", "../root"] {
-            let e = ca.issue_client(bad, 3600, NOW).unwrap_err().to_string();
+            let e = ca
+                .issue_client(bad, 3600, NOW, true)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("not a user name"), "{e}");
         }
     }
@@ -447,7 +494,7 @@ mod tests {
         let kept = serde_json::to_string(&ca).unwrap();
         let back: Ca = serde_json::from_str(&kept).unwrap();
         assert_eq!(back, ca);
-        assert!(back.issue_client("root", 60, NOW).is_ok());
+        assert!(back.issue_client("root", 60, NOW, true).is_ok());
     }
 
     #[test]
@@ -542,6 +589,20 @@ mod tests {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_secs() as i64
+    }
+
+    #[test]
+    fn a_gateway_users_certificate_has_no_common_name_and_passwords_are_random_and_hidden() {
+        let ca = Ca::generate("prod", NOW).unwrap();
+        let c = ca.issue_client("gw", 3600, NOW, false).unwrap();
+        let der = parse(&c.cert_pem);
+        let (_, x) = X509Certificate::from_der(&der).unwrap();
+        assert_eq!(x.subject().iter_common_name().count(), 0);
+        assert!(x.subject().to_string().contains("etcd gateway user gw"));
+        let (a, b) = (Password::generate().unwrap(), Password::generate().unwrap());
+        assert_ne!(a, b);
+        assert_eq!(a.expose().len(), 32);
+        assert_eq!(format!("{a:?}"), "Password(..)");
     }
 
     #[test]

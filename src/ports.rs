@@ -191,6 +191,9 @@ pub struct PrefixGrant {
     pub user: String,
     pub prefix: String,
     pub read_only: bool,
+    /// A gateway user's: it logs in with this password (`/v3/auth/authenticate`). None: a
+    /// certificate user, without one (etcd takes it from the certificate's common name).
+    pub password: Option<crate::pki::Password>,
 }
 
 impl PrefixGrant {

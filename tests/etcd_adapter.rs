@@ -502,7 +502,7 @@ async fn mutual_tls_with_the_certificates_the_function_issues() {
     assert_eq!(status(anonymous, client.clone()).await, None);
     // A certificate of another CA: refused just the same.
     let stranger = Ca::generate("tls-test", now).unwrap();
-    let theirs = stranger.issue_client("root", 3600, now).unwrap();
+    let theirs = stranger.issue_client("root", 3600, now, true).unwrap();
     let foreign = reqwest::Client::builder()
         .add_root_certificate(ca_root.clone())
         .identity(
@@ -536,7 +536,7 @@ fn etcdctl(
     endpoint: &str,
     args: &[&str],
 ) -> Result<String, String> {
-    let cert = ca.issue_client(user, 3600, now()).unwrap();
+    let cert = ca.issue_client(user, 3600, now(), true).unwrap();
     let write = |name: String, text: &str| {
         let p = d.join(name);
         std::fs::write(&p, text).unwrap();
@@ -603,6 +603,7 @@ async fn authentication_root_tokens_and_a_prefix_limited_client() {
             user: user.into(),
             prefix: "/app/".into(),
             read_only,
+            password: None,
         };
         function.grant_prefix(&m.client, &grant).await.unwrap();
         // Granting again changes nothing and fails nothing.
@@ -664,7 +665,7 @@ async fn authentication_root_tokens_and_a_prefix_limited_client() {
     assert!(!snapshot.exists() || std::fs::metadata(&snapshot).unwrap().len() == 0);
     // The JSON gateway refuses any certificate with a common name once authentication is on:
     // it cannot act as that user.
-    let app_cert = ca.issue_client("app", 3600, now).unwrap();
+    let app_cert = ca.issue_client("app", 3600, now, true).unwrap();
     let gateway = reqwest::Client::builder()
         .add_root_certificate(reqwest::Certificate::from_pem(ca.cert_pem.as_bytes()).unwrap())
         .identity(

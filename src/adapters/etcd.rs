@@ -754,6 +754,31 @@ impl EtcdMembers {
         Ok(on)
     }
 
+    /// Whether `user` logs in with `password` through the gateway, as its programs will: a user
+    /// made without a password (a certificate user of that name) cannot, whatever it is given.
+    async fn check_login(
+        &self,
+        endpoint: &str,
+        user: &str,
+        password: &crate::pki::Password,
+    ) -> Result<(), Error> {
+        let client = self.client()?;
+        let body = json!({"name": user, "password": password.expose()});
+        let path = "/v3/auth/authenticate";
+        match call::<Value>(&client, "auth login", endpoint, path, body, None, None).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.refusal().is_some() => Err(Error::Config {
+                var: "USER".into(),
+                value: user.into(),
+                reason: format!(
+                    "cannot log in with its new password ({e}): a certificate user of that \
+                     name has no password; give the gateway user another name"
+                ),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
     /// An auth call that may find its work done already (the user or role exists).
     async fn ensure(
         &self,
@@ -1001,11 +1026,37 @@ impl Members for EtcdMembers {
             body,
         )
         .await?;
-        let user = json!({"name": name, "options": {"no_password": true}});
-        self.ensure("auth user add", endpoint, "/v3/auth/user/add", user)
-            .await?;
+        match &grant.password {
+            None => {
+                let user = json!({"name": name, "options": {"no_password": true}});
+                self.ensure("auth user add", endpoint, "/v3/auth/user/add", user)
+                    .await?;
+            }
+            Some(password) => {
+                let user = json!({"name": name, "password": password.expose()});
+                match self
+                    .act("auth user add", endpoint, "/v3/auth/user/add", user.clone())
+                    .await
+                {
+                    Err(e) if e.refusal() == Some(Refusal::AlreadyExists) => {
+                        self.act(
+                            "auth change password",
+                            endpoint,
+                            "/v3/auth/user/changepw",
+                            user,
+                        )
+                        .await?
+                    }
+                    r => r?,
+                }
+            }
+        }
         let body = json!({"user": name, "role": name});
         self.act("auth grant role", endpoint, "/v3/auth/user/grant", body)
-            .await
+            .await?;
+        if let Some(password) = &grant.password {
+            self.check_login(endpoint, name, password).await?;
+        }
+        Ok(())
     }
 }

@@ -52,7 +52,9 @@ enum Command {
     /// gone: what RECOVERY=manual waits for.
     Restore { backup: String },
     /// Issue a client certificate for USER from the cluster's CA (TLS=managed) and write
-    /// ca.crt, USER.crt and USER.key (0600) into --out; prints how to use them.
+    /// ca.crt, USER.crt and USER.key (0600) into --out; prints how to use them. With --password,
+    /// a user of etcd's JSON gateway: a password too (USER.password, 0600) and a certificate
+    /// without a common name.
     ClientCert {
         /// The etcd user the certificate names (its common name).
         user: String,
@@ -69,6 +71,11 @@ enum Command {
         /// Read only: no writes under --prefix.
         #[arg(long, requires = "prefix")]
         read_only: bool,
+        /// For the JSON gateway (curl, HTTP clients): USER logs in with a fresh password
+        /// (written to USER.password, never printed), and the certificate has no common name,
+        /// which the gateway refuses once authentication is on. Issuing again sets a new one.
+        #[arg(long, requires = "prefix")]
+        password: bool,
     },
     /// Run the real handler on an event file against the real account with every write refused,
     /// printing the decisions it would make.
@@ -178,6 +185,7 @@ async fn run(args: Args) -> Result<(), Error> {
             out,
             prefix,
             read_only,
+            password,
         } => {
             let Some(ca) = &live.ca else {
                 return Err(Error::Config {
@@ -197,7 +205,10 @@ async fn run(args: Args) -> Result<(), Error> {
             // On if the function turns it on, or if it is on (whatever ETCD_AUTH says now).
             let auth = live.config.settings.etcd_auth
                 || matches!(&obs.cluster, ClusterState::Known(v) if v.auth_enabled);
-            let grant = cli::prefix_grant(&user, prefix, read_only, auth)?;
+            let mut grant = cli::prefix_grant(&user, prefix, read_only, auth)?;
+            if let Some(g) = grant.as_mut().filter(|_| password) {
+                g.password = Some(etcd_asg_lifecycle::pki::Password::generate()?);
+            }
             // The user's access first: a certificate is handed out only for a user that can use it.
             if let Some(grant) = &grant {
                 let ClusterState::Known(view) = &obs.cluster else {
@@ -209,8 +220,9 @@ async fn run(args: Args) -> Result<(), Error> {
                 };
                 live.members.grant_prefix(&view.endpoint, grant).await?;
             }
-            let issued = ca.issue_client(&user, days * 86_400, (live.clock)())?;
-            let written = cli::write_client_files(&out, &user, &ca.cert_pem, &issued)?;
+            let issued = ca.issue_client(&user, days * 86_400, (live.clock)(), !password)?;
+            let login = grant.as_ref().and_then(|g| g.password.as_ref());
+            let written = cli::write_client_files(&out, &user, &ca.cert_pem, &issued, login)?;
             print!(
                 "{}",
                 cli::client_cert_text(&user, &written, issued.not_after, &obs, grant.as_ref())

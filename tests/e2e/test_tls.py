@@ -2,11 +2,13 @@
 members refuse whoever lacks one of the cluster's certificates, keys stay secret, and
 certificates renew by replacing members one at a time."""
 
+import json
 import os
 import ssl
 import stat
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -84,15 +86,46 @@ def test_members_refuse_plain_http_and_tls_without_a_client_certificate(simulati
                  ("snapshot", "save", f"{d}/stolen.db"), ("auth", "disable")):
         denied = app(*args)
         assert denied.returncode != 0 and "permission denied" in denied.stderr + denied.stdout, (args, denied)
+    # A gateway user (curl, HTTP clients): a fresh password, written 0600 and never printed, and a
+    # certificate without a common name; it logs in through the gateway and reaches its prefix.
+    r = sim.cli("client-cert", "gw", "--prefix", "/gw/", "--password", "--out", f"{sim.workdir}/gw")
+    assert r.returncode == 0, r.stderr
+    g = f"{sim.workdir}/gw"
+    with open(f"{g}/gw.password") as f:
+        password = f.read()
+    assert len(password) == 32 and password not in r.stdout + r.stderr
+    assert stat.S_IMODE(os.stat(f"{g}/gw.password").st_mode) == 0o600
+    assert "/v3/auth/authenticate" in r.stdout, r.stdout
+    tls = ssl.create_default_context(cafile=f"{g}/ca.crt")
+    tls.load_cert_chain(f"{g}/gw.crt", f"{g}/gw.key")
+
+    def gateway(path: str, body: dict, token: str | None = None) -> tuple[int, dict]:
+        headers = {"Content-Type": "application/json", **({"Authorization": token} if token else {})}
+        req = urllib.request.Request(f"{url}{path}", data=json.dumps(body).encode(), headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=5, context=tls) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+
+    code, login = gateway("/v3/auth/authenticate", {"name": "gw", "password": password})
+    assert code == 200 and login.get("token"), login
+    token = login["token"]
+    assert gateway("/v3/kv/put", {"key": etcd.b64("/gw/x"), "value": etcd.b64("1")}, token)[0] == 200
+    code, got = gateway("/v3/kv/range", {"key": etcd.b64("/gw/x")}, token)
+    assert code == 200 and got["kvs"][0]["value"] == etcd.b64("1"), got
+    code, denied = gateway("/v3/kv/put", {"key": etcd.b64("/billing/x"), "value": etcd.b64("1")}, token)
+    assert code != 200 and "permission denied" in json.dumps(denied), denied
+    code, wrong = gateway("/v3/auth/authenticate", {"name": "gw", "password": password[::-1]})
+    assert code != 200 and "authentication failed" in json.dumps(wrong), wrong
+    with open(f"{sim.workdir}/function.log") as f:
+        assert password not in f.read()
+
     # Leases expire with authentication on: etcd's leader revokes an expired lease as root with a
     # token its own provider signs, which a verify-only key cannot (etcd-io/etcd#14616); members
     # hold the cluster's token key. The lease is granted over gRPC as root (the CLI's certificate).
     def root(*args: str) -> subprocess.CompletedProcess:
-        ctl = os.path.join(os.path.dirname(sim.etcd_bin), "etcdctl")
-        c = sim.client_cert_dir
-        return subprocess.run([ctl, "--endpoints", url, "--cacert", f"{c}/ca.crt", "--cert", f"{c}/root.crt",
-                               "--key", f"{c}/root.key", "--command-timeout", "5s", *args],
-                              capture_output=True, text=True, timeout=30, env={"ETCDCTL_API": "3"})
+        return sim.etcdctl(url, *args)
 
     granted = root("lease", "grant", "3")
     assert granted.returncode == 0, granted.stderr
