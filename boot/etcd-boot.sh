@@ -33,6 +33,8 @@
 #   TLS_DIR            default /etc/etcd/pki: a TLS=managed member's certificate, key and CA
 #                      certificate (0600, the etcd user's), from <prefix>/tls/<instance id>
 #   POLL_SECONDS       default 5: pause between polls for a parameter
+#   DENIED_GRACE_SECONDS  default 900: how long AccessDenied on a parameter is a wait (see
+#                      wait_for_parameter); DENIED_LOG_SECONDS default 600: then how often it says so
 #   MAX_BACKOFF        default 60: longest pause (seconds) between retries after errors
 set -euo pipefail
 
@@ -44,6 +46,8 @@ ETCD_BIN=${ETCD_BIN:-/usr/local/bin/etcd}
 ETCD_USER=${ETCD_USER:-etcd}
 TLS_DIR=${TLS_DIR:-/etc/etcd/pki}
 POLL_SECONDS=${POLL_SECONDS:-5}
+DENIED_GRACE_SECONDS=${DENIED_GRACE_SECONDS:-900}
+DENIED_LOG_SECONDS=${DENIED_LOG_SECONDS:-600}
 MAX_BACKOFF=${MAX_BACKOFF:-60}
 RESTORE_BUMP_REVISION=${RESTORE_BUMP_REVISION:-1000000000}
 # Where systemd mode installs itself and its settings, and the unit (overridable for tests).
@@ -116,12 +120,15 @@ install_etcd() {
 # failed early leaves member/snap behind but no WAL, and must take the latest config.)
 has_data() { compgen -G "$DATA_DIR/member/wal/*.wal" > /dev/null; }
 
-# Prints the parameter's value once it exists. Not found yet is the normal wait; any other AWS
-# error (access denied, throttling, no network) is logged with AWS's message and retried with
-# backoff.
+# Prints the parameter's value once it exists. Not found yet is the normal wait. So, for
+# DENIED_GRACE_SECONDS, is AccessDenied: the instance may read a parameter only once it carries
+# this instance's tag, so one not yet written is denied, not "not found" (aws:ResourceTag, see
+# template.yaml). Past the grace, AccessDenied is logged as the likely IAM failure it then is, with
+# AWS's message, every DENIED_LOG_SECONDS, and waiting goes on. Any other AWS error (throttling,
+# no network) is logged with AWS's message and retried with backoff.
 # Further arguments go to get-parameter (--with-decryption for a SecureString).
 wait_for_parameter() {
-    local name=$1 err value polls=0 delay=1
+    local name=$1 err value polls=0 delay=1 since=$SECONDS said=$((SECONDS - DENIED_LOG_SECONDS))
     shift
     err=$(mktemp)
     log "waiting for $name"
@@ -132,9 +139,15 @@ wait_for_parameter() {
             printf '%s\n' "$value"
             return 0
         fi
-        if grep -q ParameterNotFound "$err"; then
+        if grep -q -e ParameterNotFound -e AccessDenied "$err"; then
             polls=$((polls + 1))
-            if [ $((polls % 120)) -eq 0 ]; then log "still waiting for $name ($polls polls)"; fi
+            if grep -q AccessDenied "$err" && [ $((SECONDS - since)) -ge "$DENIED_GRACE_SECONDS" ] &&
+                [ $((SECONDS - said)) -ge "$DENIED_LOG_SECONDS" ]; then
+                said=$SECONDS
+                log "ERROR: $name still denied after $((SECONDS - since))s: either the function has not published it yet (is it running? etcd-asg status), or this instance may not read it (its etcd-asg-instance-arn tag must be this instance's ARN; the instance role needs ssm:GetParameter and kms:Decrypt): $(tr -s '\n' ' ' < "$err" | cut -c1-600)"
+            elif [ $((polls % 120)) -eq 0 ]; then
+                log "still waiting for $name ($polls polls)"
+            fi
             delay=1
             sleep "$POLL_SECONDS"
         else
@@ -158,7 +171,7 @@ wait_for_parameter() {
 # and more of writes; an int64 revision takes nine billion such bumps).
 # https://etcd.io/docs/v3.5/op-guide/recovery/#restoring-a-cluster
 restore_snapshot() {
-    local url=$1 sha=${2,,} work="${DATA_DIR%/}.restore" tool actual size rev=unknown bumped
+    local url=$1 sha=${2,,} work="${DATA_DIR%/}.restore" tool actual size rev=unknown bumped help
     local -a args=()
     refuse() { log "$*; etcd not started"; rm -rf "$work" "$CONFIG_FILE.tmp"; exit 4; }
     [[ $url =~ ^s3://[^/]+/. && $sha =~ ^[0-9a-f]{64}$ ]] ||
@@ -179,7 +192,10 @@ restore_snapshot() {
         refuse "REFUSING to restore $url: its SHA-256 is $actual ($size bytes), expected ETCD_ASG_RESTORE_SHA256=$sha"
     tool=${ETCDUTL_BIN:-$(dirname "$ETCD_BIN")/etcdutl}
     if [ ! -x "$tool" ]; then tool=${ETCDCTL_BIN:-$(dirname "$ETCD_BIN")/etcdctl}; fi
-    if ETCDCTL_API=3 "$tool" snapshot restore --help 2>&1 | grep -q -- '--bump-revision'; then
+    # The help whole, then searched: `grep -q` in a pipe would end it early, and with pipefail
+    # the tool's SIGPIPE would read as "no such flag".
+    help=$(ETCDCTL_API=3 "$tool" snapshot restore --help 2>&1 || true)
+    if grep -q -- '--bump-revision' <<< "$help"; then
         args+=(--bump-revision "$RESTORE_BUMP_REVISION" --mark-compacted)
         bumped="revision moved $RESTORE_BUMP_REVISION forward, marked compacted"
     else
@@ -316,6 +332,8 @@ install_service() {
         done
         printf 'ETCD_USER=%s\n' "$ETCD_USER"
         printf 'POLL_SECONDS=%s\n' "$POLL_SECONDS"
+        printf 'DENIED_GRACE_SECONDS=%s\n' "$DENIED_GRACE_SECONDS"
+        printf 'DENIED_LOG_SECONDS=%s\n' "$DENIED_LOG_SECONDS"
         printf 'MAX_BACKOFF=%s\n' "$MAX_BACKOFF"
     } > "$SETTINGS_FILE"
     cat > "$UNIT_FILE" <<UNIT

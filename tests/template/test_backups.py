@@ -137,7 +137,7 @@ def test_an_instance_reads_only_the_snapshot_tagged_with_its_own_arn(template):
     # The same tag key as the member parameters the instance reads.
     ssm = [s for role, s in statements(template) if role == "InstanceRole" and s["Action"] == "ssm:GetParameter"]
     (ssm,) = ssm
-    assert ssm["Condition"]["StringEquals"] == {f"ssm:resourceTag/{TAG_KEY}": "${ec2:SourceInstanceARN}"}
+    assert ssm["Condition"]["StringEquals"] == {f"aws:ResourceTag/{TAG_KEY}": "${ec2:SourceInstanceARN}"}
     kms = stmts["DecryptTheSnapshotThroughS3"]
     assert kms["Action"] == "kms:Decrypt" and kms["Condition"] == VIA_S3
     # Nothing else about S3 for instances: no list, no write.
@@ -150,7 +150,7 @@ def test_an_existing_bucket_needs_none_of_the_conditional_resources(template, cr
     """With BackupBucketName set, nothing names the bucket, key or bucket policy the stack then
     does not create (CloudFormation would refuse the template)."""
     conditions = {"CreateBackupBucket": create, "HasRouteTables": True, "HasZone": True, "HasAlarmTopic": True,
-                  "SingleMember": False, "ManagedTls": True}
+                  "SingleMember": False, "ManagedTls": True, "WithSessionManager": True}
     t = template
     for name, r in t["Resources"].items():
         if r.get("Condition") == "CreateBackupBucket" and not create:

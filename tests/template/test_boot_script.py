@@ -182,16 +182,36 @@ def test_exec_mode_waits_for_the_parameter_and_runs_etcd_with_exactly_its_config
     assert set(seen) - {"PWD", "SHLVL", "_"} == {line.split("=")[0] for line in written.splitlines()} | {"PATH"}
 
 
+DENIED = ("An error occurred (AccessDeniedException) when calling the GetParameter operation: "
+          "User: arn:aws:sts::1:assumed-role/r/i-1 is not authorized to perform: ssm:GetParameter")
+
+
 def test_aws_errors_are_logged_with_their_message_and_retried(box):
-    denied = ("An error occurred (AccessDeniedException) when calling the GetParameter operation: "
-              "User: arn:aws:sts::1:assumed-role/r/i-1 is not authorized to perform: ssm:GetParameter")
-    answers(box, ("error", denied), ("error", "Could not connect to the endpoint URL"), ("value", CONFIG))
+    answers(box, ("error", "Could not connect to the endpoint URL"), ("error", "Rate exceeded"), ("value", CONFIG))
     r = boot(box, "fetch")
     assert r.returncode == 0, r.stderr
-    assert "AccessDeniedException" in r.stderr and "not authorized to perform: ssm:GetParameter" in r.stderr
-    assert "Could not connect to the endpoint URL" in r.stderr
-    assert "retrying in 1s" in r.stderr
+    assert "Could not connect to the endpoint URL" in r.stderr and "Rate exceeded" in r.stderr
+    assert r.stderr.count("retrying in 1s") == 2  # MAX_BACKOFF=1 here
     assert "ParameterNotFound" not in r.stderr, "waiting for the parameter is not an error"
+
+
+def test_access_denied_is_a_quiet_wait_within_the_grace(box):
+    # A parameter not written yet carries no tag: the tag-conditioned Allow answers AccessDenied.
+    answers(box, ("error", DENIED), ("error", DENIED), ("value", CONFIG))
+    r = boot(box, "fetch")
+    assert r.returncode == 0, r.stderr
+    assert "AccessDenied" not in r.stderr and "ERROR" not in r.stderr and "retrying" not in r.stderr, r.stderr
+
+
+def test_access_denied_past_the_grace_names_the_likely_cause_and_waits_on(box):
+    answers(box, *([("error", DENIED)] * 4), ("value", CONFIG))
+    r = boot(box, "fetch", DENIED_GRACE_SECONDS="0", DENIED_LOG_SECONDS="3600")
+    assert r.returncode == 0, r.stderr
+    said = [line for line in r.stderr.splitlines() if "still denied" in line]
+    assert len(said) == 1, r.stderr  # once per DENIED_LOG_SECONDS
+    assert "ERROR: /etcd-asg-lifecycle/test/members/i-1 still denied" in said[0]
+    assert "etcd-asg-instance-arn tag" in said[0] and "not authorized to perform: ssm:GetParameter" in said[0]
+    assert "config written" in r.stderr
 
 
 def test_fetch_takes_the_latest_config_before_every_start_until_the_member_has_data(box):

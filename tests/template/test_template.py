@@ -187,12 +187,14 @@ def test_instances_read_only_the_member_parameter_tagged_with_their_own_arn(temp
     role = template["Resources"]["InstanceRole"]["Properties"]["Policies"]
     inline = [s for p in role for s in p["PolicyDocument"]["Statement"]]
     (statement,) = [s for s in inline if s["Effect"] == "Allow"]
-    assert [s["Sid"] for s in inline if s["Effect"] != "Allow"] == ["NeverReadTheClusterCa"]
+    assert [s["Sid"] for s in inline if s["Effect"] != "Allow"] == [
+        "NeverAnotherInstancesParameters", "NeverListParameters", "NeverReadTheClusterCa"]
     assert statement["Action"] == "ssm:GetParameter"
     assert [r["Fn::Sub"].rsplit(":parameter/", 1)[1] for r in statement["Resource"]] == [
         "etcd-asg-lifecycle/${AWS::StackName}/members/*", "etcd-asg-lifecycle/${AWS::StackName}/tls/*"]
+    # aws:ResourceTag, the key the Service Authorization Reference lists for GetParameter.
     assert statement["Condition"] == {
-        "StringEquals": {"ssm:resourceTag/etcd-asg-instance-arn": "${ec2:SourceInstanceARN}"}}
+        "StringEquals": {"aws:ResourceTag/etcd-asg-instance-arn": "${ec2:SourceInstanceARN}"}}
     assert "ec2:InstanceID" not in json.dumps(template["Resources"]["InstanceRole"])
     # The mechanism is documented where it is used.
     text = (ROOT / "template.yaml").read_text()
@@ -295,10 +297,50 @@ def test_the_function_environment_uses_only_variables_the_function_reads(templat
     assert {"ASG_NAME", "LAUNCH_HOOK_NAME", "TERMINATE_HOOK_NAME"} <= set(env)
 
 
-def test_the_user_data_fits_ec2s_16_kib_limit(template):
+def test_the_user_data_fits_ec2s_16_kib_limit_with_the_longest_parameter_values(template):
     """EC2 takes at most 16 KiB of user data before base64; the boot script grows."""
     (lt,) = resources(template, "AWS::EC2::LaunchTemplate").values()
     parts = lt["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
-    rendered = "".join(p if isinstance(p, str) else p["Fn::Sub"] for p in parts)
-    # Parameters resolve to at most a long URL, a region and a 64-digit hash: keep 1 KiB spare.
-    assert len(rendered.encode()) < 15 * 1024, len(rendered.encode())
+    params = template["Parameters"]
+    longest = {
+        "EtcdDownloadUrl": "h" * params["EtcdDownloadUrl"]["MaxLength"],
+        "EtcdSha256": "0" * 64,
+        "AWS::StackName": "s" * 128,  # CloudFormation's limit on a stack name
+        "AWS::Region": "ap-southeast-5x",
+    }
+    rendered = ""
+    for p in parts:
+        text = p if isinstance(p, str) else p["Fn::Sub"]
+        for name, value in longest.items():
+            text = text.replace("${" + name + "}", value)
+        assert "${" not in text or isinstance(p, str), text
+        rendered += text
+    assert len(rendered.encode()) <= 16 * 1024, len(rendered.encode())
+
+
+def test_instance_types_are_arm64_and_the_download_url_is_bounded(template):
+    import re
+
+    p = template["Parameters"]
+    pattern = re.compile(p["InstanceType"]["AllowedPattern"])
+    for good in ("t4g.small", "m7g.large", "c6gn.xlarge", "r8gd.2xlarge", "x2gd.medium", "a1.large",
+                 "im4gn.large", "is4gen.large", "c8g.48xlarge"):
+        assert pattern.match(good), good
+    for x86 in ("t3.small", "m5.large", "c6i.xlarge", "g4dn.xlarge", "r7iz.large", "m7a.large", "p4d.24xlarge"):
+        assert not pattern.match(x86), x86
+    assert pattern.match(p["InstanceType"]["Default"])
+    url = p["EtcdDownloadUrl"]
+    assert url["MaxLength"] <= 1024 and len(url["Default"]) <= url["MaxLength"]
+    assert re.match(url["AllowedPattern"], url["Default"])
+    assert not re.match(url["AllowedPattern"], "http://example.com/etcd.tar.gz")
+
+
+def test_sam_build_runs_without_a_prompt_for_the_beta_build_method(template):
+    """rust-cargolambda is a SAM beta feature: without it enabled, `sam build` asks, and stalls
+    where nobody answers."""
+    import tomllib
+
+    methods = {f["Metadata"]["BuildMethod"] for f in resources(template, "AWS::Serverless::Function").values()}
+    assert methods == {"rust-cargolambda"}
+    config = tomllib.loads((ROOT / "samconfig.toml").read_text())
+    assert config["default"]["build"]["parameters"]["beta_features"] is True

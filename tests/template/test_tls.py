@@ -16,12 +16,12 @@ ROOT = Path(__file__).resolve().parents[2]
 REGION, ACCOUNT = "us-east-1", "123456789012"
 PARAMETERS = f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/etcd-asg-lifecycle/{STACK}"
 CA = f"{PARAMETERS}/pki/ca"
-TAG = "ssm:resourceTag/etcd-asg-instance-arn"
+TAG = "aws:ResourceTag/etcd-asg-instance-arn"
 VIA_SSM = {"StringEquals": {"kms:ViaService": {"Fn::Sub": "ssm.${AWS::Region}.amazonaws.com"}}}
 PKI_RESOURCES = {"PkiKey", "FunctionPkiPolicy", "InstancePkiPolicy"}
 # src/config.rs: MEMBER_CERT_DAYS 1..=3650.
 CERT_DAYS = (1, 3650)
-MANAGED = {"ManagedTls": True, "HasZone": True, "CreateBackupBucket": True}
+MANAGED = {"ManagedTls": True, "HasZone": True, "CreateBackupBucket": True, "WithSessionManager": True}
 
 
 def instance_arn(instance):
@@ -59,9 +59,15 @@ def as_list(value):
 
 def condition_holds(condition, context):
     for operator, tests in (condition or {}).items():
-        assert operator in ("StringEquals", "StringLike", "ArnEquals"), f"the evaluator knows no {operator}"
+        assert operator in ("StringEquals", "StringLike", "ArnEquals", "StringNotEquals"), \
+            f"the evaluator knows no {operator}"
+        negated = operator == "StringNotEquals"
         for key, want in tests.items():
             if key not in context:
+                # A negated operator holds when the key is absent; any other fails:
+                # https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_condition_operators.html
+                if negated:
+                    continue
                 return False
             wanted = []
             for w in as_list(want):
@@ -72,17 +78,19 @@ def condition_holds(condition, context):
                         return False
                     w = w.replace("${" + var + "}", context[var])
                 wanted.append(w)
-            match = fnmatch.fnmatchcase if operator != "StringEquals" else str.__eq__
-            if not any(match(context[key], w) for w in wanted):
+            match = fnmatch.fnmatchcase if operator in ("StringLike", "ArnEquals") else str.__eq__
+            found = any(match(context[key], w) for w in wanted)
+            if found == negated:
                 return False
     return True
 
 
-def allowed(t, role, action, resource, context=None):
-    """IAM's answer for `role` (identity policies only): an explicit deny wins, else any allow."""
+def allowed(t, role, action, resource, context=None, extra=()):
+    """IAM's answer for `role` (identity policies only, and `extra` statements attached to it):
+    an explicit deny wins, else any allow."""
     context = context or {}
     verdicts = set()
-    for name, s in statements(t):
+    for name, s in [*statements(t), *((role, e) for e in extra)]:
         if name != role:
             continue
         if not any(fnmatch.fnmatchcase(action.lower(), a.lower()) for a in as_list(s["Action"])):
@@ -157,7 +165,8 @@ def test_the_secure_strings_use_the_stacks_pki_key(template):
     instance = stmts["InstancesReadTheirBundleThroughSsm"]
     assert instance["Principal"] == {"AWS": {"Fn::GetAtt": ["InstanceRole", "Arn"]}}
     assert instance["Action"] == "kms:Decrypt", "instances only read"
-    assert instance["Condition"] == VIA_SSM
+    assert instance["Condition"]["StringEquals"] == VIA_SSM["StringEquals"]
+    assert set(instance["Condition"]) == {"StringEquals", "StringLike"}  # the bundles' context: below
     # The key names the roles, so the roles' own policies do not name the key (a cycle).
     for role in ("FunctionRole", "InstanceRole"):
         assert "PkiKey" not in depends_on(template, role), role
@@ -184,7 +193,8 @@ def test_an_instance_reads_only_its_own_bundle_and_never_the_ca(template):
     assert not get(f"{PARAMETERS}/pki", instance_request("i-1"), "ssm:GetParametersByPath")
     assert not get(f"{PARAMETERS}", instance_request("i-1"), "ssm:GetParametersByPath")
     # The deny is explicit, and no instance statement allows the pki path at all.
-    (deny,) = [s for role, s in statements(template) if role == "InstanceRole" and s["Effect"] == "Deny"]
+    denies = {s["Sid"]: s for role, s in statements(template) if role == "InstanceRole" and s["Effect"] == "Deny"}
+    deny = denies["NeverReadTheClusterCa"]
     assert "ssm:GetParameter" in deny["Action"] and "Condition" not in deny
     allows = [concrete(r) for role, s in statements(template) if role == "InstanceRole" and s["Effect"] == "Allow"
               for r in as_list(s["Resource"])]
@@ -192,6 +202,81 @@ def test_an_instance_reads_only_its_own_bundle_and_never_the_ca(template):
     # Nothing writes for instances.
     for action in ("ssm:PutParameter", "ssm:DeleteParameter", "ssm:AddTagsToResource"):
         assert not allowed(template, "InstanceRole", action, bundle("i-1"), instance_request("i-1", "i-1")), action
+
+
+# AmazonSSMManagedInstanceCore (SessionManager=on) allows ssm:GetParameter and GetParameters on *.
+CORE = {"Effect": "Allow", "Action": ["ssm:GetParameter", "ssm:GetParameters"], "Resource": "*"}
+
+
+@pytest.mark.parametrize("extra", [(), (CORE,), ({"Effect": "Allow", "Action": "ssm:*", "Resource": "*"},)])
+def test_explicit_denies_isolate_instances_whatever_else_is_attached(template, extra):
+    """With the SSM core policy (or any broader Allow) on the instance role, an instance still
+    reads only what is tagged for it, never the CA or token key, and lists nothing."""
+    def get(resource, context, action="ssm:GetParameter"):
+        return allowed(template, "InstanceRole", action, resource, context, extra)
+
+    for kind in ("tls", "members"):
+        other = f"{PARAMETERS}/{kind}/i-2"
+        for action in ("ssm:GetParameter", "ssm:GetParameters", "ssm:GetParameterHistory"):
+            assert not get(other, instance_request("i-1", tagged_for="i-2"), action), (kind, action)
+            assert not get(other, instance_request("i-1"), action), f"untagged {kind}: fails closed"
+        assert get(f"{PARAMETERS}/{kind}/i-1", instance_request("i-1", tagged_for="i-1"))
+    for secret in (CA, f"{PARAMETERS}/pki/token-key"):
+        assert not get(secret, instance_request("i-1", tagged_for="i-1")), secret
+    for path in (PARAMETERS, f"{PARAMETERS}/tls", f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/etcd-asg-lifecycle",
+                 f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/"):
+        assert not get(path, instance_request("i-1"), "ssm:GetParametersByPath"), path
+    if extra:
+        # What the extra policy is for still works: a parameter outside the cluster's secrets.
+        assert get(f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/aws/service/ami", instance_request("i-1"))
+
+
+def test_the_ssm_core_policy_is_attached_only_with_session_manager(template):
+    p = template["Parameters"]["SessionManager"]
+    assert (p["Default"], p["AllowedValues"]) == ("on", ["on", "off"])
+    assert template["Conditions"]["WithSessionManager"] == {"Fn::Equals": [{"Ref": "SessionManager"}, "on"]}
+    arns = template["Resources"]["InstanceRole"]["Properties"]["ManagedPolicyArns"]
+    assert arns == {"Fn::If": ["WithSessionManager",
+                               [{"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"}],
+                               {"Ref": "AWS::NoValue"}]}
+
+
+def test_instances_decrypt_only_what_parameter_store_decrypts_for_a_bundle(template):
+    """kms:Decrypt on the PKI key, in the role's policy and the key's: only with the encryption
+    context of a parameter under tls/, never pki/ (the CA, the token key)."""
+    via = {"kms:ViaService": f"ssm.{REGION}.amazonaws.com"}
+    decrypt = lambda parameter: allowed(template, "InstanceRole", "kms:Decrypt", "arn:PkiKey",
+                                        {**via, "kms:EncryptionContext:PARAMETER_ARN": parameter})
+    assert decrypt(bundle("i-1"))
+    for parameter in (CA, f"{PARAMETERS}/pki/token-key", bundle("i-1", "prod2")):
+        assert not decrypt(parameter), parameter
+    assert not allowed(template, "InstanceRole", "kms:Decrypt", "arn:PkiKey", via), "no context: no decrypt"
+    key = {s["Sid"]: s for s in template["Resources"]["PkiKey"]["Properties"]["KeyPolicy"]["Statement"]}
+    context = key["InstancesReadTheirBundleThroughSsm"]["Condition"]["StringLike"]
+    assert concrete(context["kms:EncryptionContext:PARAMETER_ARN"]) == f"{PARAMETERS}/tls/*"
+
+
+def test_the_function_attaches_to_the_vpc_with_the_keys_each_eni_action_has(template):
+    """CreateNetworkInterface's new network-interface carries no ec2:Vpc (the Service
+    Authorization Reference lists none for it): requiring it there would fail the function's
+    creation. Its subnet and security group, and every other ENI action, are held to the VPC."""
+    ec2 = f"arn:aws:ec2:{REGION}:{ACCOUNT}"
+    eni, subnet = f"{ec2}:network-interface/eni-1", f"{ec2}:subnet/subnet-1"
+    group = f"{ec2}:security-group/${{FunctionSecurityGroup}}"
+    # VpcId is a template parameter: the evaluator resolves it like a variable.
+    ours = {"ec2:Vpc": f"{ec2}:vpc/vpc-1", "VpcId": "vpc-1"}
+    theirs = {"ec2:Vpc": f"{ec2}:vpc/vpc-2", "VpcId": "vpc-1"}
+    fn = lambda action, resource, context: allowed(template, "FunctionRole", action, resource, context)
+    assert fn("ec2:CreateNetworkInterface", eni, {"VpcId": "vpc-1"}), "the new interface: no ec2:Vpc in the request"
+    for resource in (subnet, group):
+        assert fn("ec2:CreateNetworkInterface", resource, ours), resource
+        assert not fn("ec2:CreateNetworkInterface", resource, theirs), resource
+        assert not fn("ec2:CreateNetworkInterface", resource, {"VpcId": "vpc-1"}), resource
+    for action in ("ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"):
+        assert fn(action, eni, ours), action
+        assert not fn(action, eni, theirs), action
+    assert "https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2.html" in \
+        (ROOT / "template.yaml").read_text()
 
 
 def test_the_function_reads_and_writes_the_ca_and_the_bundles(template):
@@ -209,7 +294,8 @@ def test_the_pki_key_is_used_only_through_ssm(template):
         assert allowed(template, "FunctionRole", action, key, ssm), action
         assert not allowed(template, "FunctionRole", action, key, s3), action
         assert not allowed(template, "FunctionRole", action, key), f"{action} called directly"
-    assert allowed(template, "InstanceRole", "kms:Decrypt", key, ssm)
+    bundle_context = {**ssm, "kms:EncryptionContext:PARAMETER_ARN": bundle("i-1")}
+    assert allowed(template, "InstanceRole", "kms:Decrypt", key, bundle_context)
     for action in ("kms:Encrypt", "kms:GenerateDataKey", "kms:ReEncryptFrom"):
         assert not allowed(template, "InstanceRole", action, key, ssm), action
     assert not allowed(template, "InstanceRole", "kms:Decrypt", key), "called directly"
