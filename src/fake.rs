@@ -543,7 +543,31 @@ impl Members for Fake {
                     && w.compacted >= w.db.values().map(|s| s.revision).max().unwrap_or(0),
                 auth_enabled: w.auth_enabled,
             }),
-            _ => ClusterState::unreachable("no endpoint answered"),
+            // No quorum: the members still alive answer for themselves (status, local list).
+            _ => ClusterState::Unreachable {
+                detail: "no endpoint answered".into(),
+                survivors: w
+                    .members
+                    .iter()
+                    .filter(|m| w.live(m) && cluster.is_none_or(|c| c == cluster_id))
+                    .filter_map(|m| {
+                        Some(crate::model::Survivor {
+                            member: m.id,
+                            name: m.name.clone(),
+                            is_learner: m.is_learner,
+                            endpoint: m.client_urls.first()?.clone(),
+                            cluster_id,
+                            status: w.db.get(&m.id).cloned().unwrap_or_default(),
+                            voters: w
+                                .members
+                                .iter()
+                                .filter(|v| !v.is_learner)
+                                .cloned()
+                                .collect(),
+                        })
+                    })
+                    .collect(),
+            },
         }
     }
 

@@ -81,6 +81,8 @@ impl Metrics {
             })
             .count();
         m.set("HeldForQuorum", guarded as i64, "Count");
+        let unreachable_holds = crate::planner::held_while_unreachable(obs).len();
+        m.set("HeldWhileUnreachable", unreachable_holds as i64, "Count");
         let over = waits
             .iter()
             .any(|w| matches!(w, Wait::LiveDataOverQuota { .. }));

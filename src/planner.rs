@@ -474,6 +474,25 @@ pub fn held(obs: &Observation) -> Vec<(String, Transition)> {
         .collect()
 }
 
+/// With no quorum: the terminating instances that a member still answering lists as a voter.
+/// Their disks may hold acknowledged writes the answering members lack, so their hooks are kept
+/// alive (heartbeats) instead of lapsing into a termination on a guess.
+pub fn held_while_unreachable(obs: &Observation) -> Vec<String> {
+    let ClusterState::Unreachable { survivors, .. } = &obs.cluster else {
+        return vec![];
+    };
+    obs.instances
+        .iter()
+        .filter(|i| i.state == LifecycleState::TerminatingWait)
+        .filter(|i| {
+            survivors
+                .iter()
+                .any(|s| s.voters.iter().any(|v| v.name == i.id))
+        })
+        .map(|i| i.id.clone())
+        .collect()
+}
+
 fn by_age(instances: &[Instance]) -> Vec<&Instance> {
     let mut v: Vec<&Instance> = instances.iter().collect();
     v.sort_by(|a, b| (a.launched_at, &a.id).cmp(&(b.launched_at, &b.id)));

@@ -797,6 +797,15 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
 
     async fn heartbeat(&self, obs: &Observation, wait: &Wait, meter: &Meter) -> Result<(), Error> {
         if matches!(wait, Wait::ClusterUnreachable { .. }) {
+            // No quorum: only a voter's instance that is terminating is held, so that no disk
+            // that may hold acknowledged writes is destroyed on a guess (up to the hook's global
+            // timeout). Launches are left to their timeout: they hold no data.
+            for instance in planner::held_while_unreachable(obs) {
+                let c = meter
+                    .aws(self.lifecycle.heartbeat(&instance, Transition::Terminate))
+                    .await?;
+                warn!(%instance, completion = ?c, "terminate hook held while the cluster is unreachable: an answering member lists this instance's member as a voter, whose data may be the newest");
+            }
             return Ok(());
         }
         for (instance, transition) in planner::held(obs) {

@@ -427,6 +427,51 @@ async fn a_termination_with_another_member_down_is_held_then_unblocked_by_replac
 }
 
 #[tokio::test]
+async fn while_the_cluster_is_unreachable_a_terminating_voters_hook_is_kept_alive() {
+    let world = three_member_cluster().await;
+    // 1's and 2's etcd are down (the instances run): no quorum; 3 answers for itself. Then 2's
+    // instance is terminated: its disk may hold acknowledged writes 3 lacks.
+    world.world().dead.insert("i-00000001".into());
+    world.world().dead.insert("i-00000002".into());
+    world.start_terminating("i-00000002");
+    let r = reconciler(&world);
+    let setup = world.calls().len();
+    let resp = r.handle(&schedule(), far()).await.unwrap();
+    let Response::Reconciled {
+        waiting, metrics, ..
+    } = &resp
+    else {
+        panic!("{resp:?}")
+    };
+    assert!(
+        waiting
+            .as_deref()
+            .unwrap()
+            .starts_with("cluster-unreachable"),
+        "{resp:?}"
+    );
+    assert_eq!(metrics.get("HeldWhileUnreachable"), Some(1), "{metrics:?}");
+    let calls = world.calls()[setup..].to_vec();
+    assert!(
+        calls.contains(&"heartbeat terminate i-00000002".to_string()),
+        "{calls:#?}"
+    );
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c.starts_with("remove") || c.starts_with("complete")),
+        "{calls:#?}"
+    );
+    // With nobody answering there is no one to say whose data matters: nothing is held.
+    world.world().dead.insert("i-00000003".into());
+    let before = world.calls().len();
+    r.handle(&schedule(), far()).await.unwrap();
+    assert!(!world.calls()[before..]
+        .iter()
+        .any(|c| c.starts_with("heartbeat")));
+}
+
+#[tokio::test]
 async fn a_not_yet_refusal_is_a_wait_with_heartbeats_not_a_failed_invocation() {
     let world = three_member_cluster().await;
     world.world().refuse = Some(Refusal::UnhealthyCluster);

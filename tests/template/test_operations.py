@@ -45,6 +45,9 @@ METRIC_ALARMS = {
                              1, "notBreaching"),
     "NospaceRaisedAlarm": ("NospaceAlarm", "Maximum", 60, 1, None, "GreaterThanOrEqualToThreshold",
                            1, "notBreaching"),
+    # No quorum, and a voter's instance held at termination for 5 minutes.
+    "HeldWhileUnreachableAlarm": ("HeldWhileUnreachable", "Maximum", 60, 5, 5, "GreaterThanOrEqualToThreshold", 1,
+                                  "notBreaching"),
     # The store or snapshots failing in every invocation for 15 minutes.
     "BackupFailingAlarm": ("BackupFailed", "Sum", 300, 3, 3, "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
     # A year ahead of the CA's end (TLS=managed).
