@@ -28,6 +28,61 @@ pub enum Reason {
     Survivor,
 }
 
+/// etcd's snapshot stream is the database file followed by the SHA-256 of that file (32 bytes):
+/// the server appends it as the stream's last message, and `etcdutl snapshot restore` refuses a
+/// file whose trailer does not match ("snapshot file integrity check failed").
+/// https://github.com/etcd-io/etcd/blob/v3.5.30/server/etcdserver/api/v3rpc/maintenance.go
+/// (Snapshot: "send hash at the end"); etcdutl/snapshot/v3_snapshot.go (restore's check).
+/// Fed the stream chunk by chunk, it keeps the last 32 bytes aside and hashes the rest, so a
+/// truncated or corrupted stream is refused before it is stored.
+#[derive(Default)]
+pub struct SnapshotIntegrity {
+    body: sha2::Sha256,
+    tail: Vec<u8>,
+}
+
+const TRAILER: usize = 32;
+
+impl SnapshotIntegrity {
+    pub fn feed(&mut self, chunk: &[u8]) {
+        use sha2::Digest;
+        if chunk.len() >= TRAILER {
+            // Everything held back so far, and all of this chunk but its last 32 bytes, is body.
+            self.body.update(&self.tail);
+            let (body, tail) = chunk.split_at(chunk.len() - TRAILER);
+            self.body.update(body);
+            self.tail.clear();
+            self.tail.extend_from_slice(tail);
+        } else {
+            self.tail.extend_from_slice(chunk);
+            let excess = self.tail.len().saturating_sub(TRAILER);
+            self.body.update(&self.tail[..excess]);
+            self.tail.drain(..excess);
+        }
+    }
+
+    /// Whether the last 32 bytes are the SHA-256 of everything before them; the error says
+    /// what was wrong (never the data).
+    pub fn verify(self) -> Result<(), String> {
+        use sha2::Digest;
+        if self.tail.len() < TRAILER {
+            return Err(format!(
+                "the stream ended after {} bytes, before etcd's SHA-256 trailer",
+                self.tail.len()
+            ));
+        }
+        let digest = self.body.finalize();
+        if digest.as_slice() != self.tail.as_slice() {
+            return Err(
+                "the database's SHA-256 does not match the trailer etcd sent: truncated or \
+                 corrupted on the way"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// The newest backup of the generation `token`.
 pub fn latest<'a>(backups: &'a [Backup], token: &str) -> Option<&'a Backup> {
     backups
@@ -88,6 +143,48 @@ pub fn expired(backups: &[Backup], now: Timestamp, policy: &BackupPolicy) -> Vec
         } else {
             out.push(b.key.clone());
         }
+    }
+    out
+}
+
+/// The generations whose backups are this cluster's: the record's, and the one it was restored
+/// from. Another stack's (a second Region, a rebuilt stack of the same name sharing the bucket)
+/// and older generations are neither pruned nor restored on our own account.
+fn lineage(obs: &Observation) -> Option<[&str; 2]> {
+    let record = obs.published.cluster.as_ref()?;
+    let previous = record
+        .restored_from
+        .as_ref()
+        .map_or(record.token.as_str(), |r| r.previous_token.as_str());
+    Some([record.token.as_str(), previous])
+}
+
+/// What retention deletes now: per generation of this cluster's lineage (the newest of each is
+/// always kept), never the snapshot the current generation was restored from.
+pub fn prunable(obs: &Observation, policy: &BackupPolicy) -> Vec<String> {
+    let Some(generations) = lineage(obs) else {
+        return vec![];
+    };
+    let restored_from = obs
+        .published
+        .cluster
+        .as_ref()
+        .and_then(|r| r.restored_from.as_ref())
+        .map(|r| r.snapshot.key.as_str());
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for token in generations.into_iter().filter(|t| seen.insert(*t)) {
+        let generation: Vec<Backup> = obs
+            .backups
+            .iter()
+            .filter(|b| b.token == token)
+            .cloned()
+            .collect();
+        out.extend(
+            expired(&generation, obs.now, policy)
+                .into_iter()
+                .filter(|k| Some(k.as_str()) != restored_from),
+        );
     }
     out
 }
@@ -179,9 +276,12 @@ fn request_for_this_generation(obs: &Observation) -> Option<&str> {
 }
 
 pub fn choose(obs: &Observation, policy: &BackupPolicy) -> Choice {
+    // The freshest of this cluster's lineage; an operator naming a key may pick any.
+    let ours = |b: &&Backup| lineage(obs).is_none_or(|l| l.contains(&b.token.as_str()));
     let freshest = || {
         obs.backups
             .iter()
+            .filter(ours)
             .max_by_key(|b| (b.taken_at, b.revision))
             .cloned()
     };
@@ -224,6 +324,78 @@ mod tests {
         }
     }
 
+    fn of(token: &str, taken_at: Timestamp) -> Backup {
+        Backup {
+            key: format!("p/{token}/{taken_at}"),
+            token: token.into(),
+            ..backup(taken_at, taken_at)
+        }
+    }
+
+    #[test]
+    fn retention_and_recovery_keep_to_this_clusters_lineage_and_keep_the_restored_snapshot() {
+        use crate::model::{BackupRef, ClusterRecord, Restore};
+        let now = 30 * 86_400;
+        let day = 86_400;
+        // This cluster: restored (generation "new") from generation "old"'s snapshot at day 10.
+        let mut record = ClusterRecord::bootstrapping("new".into(), "i-9".into(), 20 * day);
+        record.restored_from = Some(Restore {
+            snapshot: BackupRef {
+                key: "p/old/864000".into(),
+                url: String::new(),
+                sha256: String::new(),
+            },
+            previous_token: "old".into(),
+            previous_seed: "i-1".into(),
+            previous_created_at: 0,
+        });
+        let mut obs = Observation {
+            instances: vec![],
+            cluster: crate::model::ClusterState::unreachable(""),
+            published: crate::model::PublishedState {
+                cluster: Some(record),
+                ..Default::default()
+            },
+            backups: vec![
+                of("old", 10 * day),
+                of("old", 10 * day + 60),
+                of("new", 25 * day),
+                of("new", 25 * day + 60),
+                // Another stack of the same name sharing the bucket: newer than all of ours.
+                of("foreign", 29 * day),
+                of("foreign", 29 * day + 60),
+            ],
+            backups_failing: None,
+            now,
+        };
+        // A day's policy: one an hour for a day, one a day for two days.
+        let short = BackupPolicy {
+            hourly_days: 1,
+            daily_days: 2,
+            ..policy()
+        };
+        // Each of our generations keeps its newest; the restored-from snapshot stays however old;
+        // the other stack's are not ours to prune.
+        assert_eq!(prunable(&obs, &short), vec!["p/new/2160000".to_string()]);
+        let keys = |v: Vec<String>| v.into_iter().filter(|k| k.contains("/old/")).count();
+        assert_eq!(keys(prunable(&obs, &short)), 0);
+        // Recovery takes the freshest of ours, never the other stack's.
+        assert_eq!(
+            choose(&obs, &policy()),
+            Choice::Restore(of("new", 25 * day + 60))
+        );
+        // An operator naming the other stack's snapshot gets it (a migration).
+        let manual = BackupPolicy {
+            recovery: Recovery::Manual,
+            ..policy()
+        };
+        obs.published.restore_request = Some("p/foreign/2505600".into());
+        assert_eq!(
+            choose(&obs, &manual),
+            Choice::Restore(of("foreign", 29 * day))
+        );
+    }
+
     #[test]
     fn retention_keeps_the_newest_one_an_hour_for_a_week_one_a_day_for_ninety_days() {
         let now = 200 * 86_400;
@@ -253,6 +425,44 @@ mod tests {
         assert_eq!(days.len(), old.len());
         assert!(old.len() >= 80, "one a day kept: {}", old.len());
         assert!(kept.iter().any(|b| b.taken_at == now), "the newest is kept");
+    }
+
+    fn stream(db: &[u8]) -> Vec<u8> {
+        use sha2::Digest;
+        let mut s = db.to_vec();
+        s.extend_from_slice(&sha2::Sha256::digest(db));
+        s
+    }
+
+    fn checked(stream: &[u8], chunk: usize) -> Result<(), String> {
+        let mut check = SnapshotIntegrity::default();
+        for c in stream.chunks(chunk.max(1)) {
+            check.feed(c);
+        }
+        check.verify()
+    }
+
+    #[test]
+    fn a_snapshot_stream_is_checked_against_etcds_trailing_sha256_in_any_chunking() {
+        let db: Vec<u8> = (0..10_000u32).map(|n| (n * 7 % 251) as u8).collect();
+        let good = stream(&db);
+        for chunk in [1, 5, 31, 32, 33, 4096, good.len()] {
+            assert_eq!(checked(&good, chunk), Ok(()), "chunks of {chunk}");
+        }
+        let mut flipped = good.clone();
+        flipped[5000] ^= 1;
+        let truncated = &good[..good.len() - 100];
+        for (bad, what) in [(&flipped[..], "flipped"), (truncated, "truncated")] {
+            for chunk in [1, 33, 4096] {
+                let e = checked(bad, chunk).unwrap_err();
+                assert!(e.contains("does not match"), "{what}, {chunk}: {e}");
+            }
+        }
+        // An empty database still has its trailer; a stream shorter than one has none.
+        assert_eq!(checked(&stream(b""), 7), Ok(()));
+        assert!(checked(&good[..20], 7)
+            .unwrap_err()
+            .contains("before etcd's SHA-256 trailer"));
     }
 
     #[test]
@@ -285,7 +495,7 @@ mod tests {
         // A request written before the current generation was created (the one that restored
         // it, weeks ago) is not for this loss.
         obs.published.cluster = Some(crate::model::ClusterRecord::bootstrapping(
-            "t2".into(),
+            "t".into(),
             "i-2".into(),
             50,
         ));

@@ -128,6 +128,37 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
     assert!(backup.size > 3_000_000, "{}", backup.size);
     assert_eq!(store.list().await.unwrap(), vec![backup.clone()]);
 
+    // A stream corrupted on the way fails etcd's own trailing SHA-256: refused before it is
+    // stored, the upload aborted, nothing listed.
+    struct Flipped(etcd_asg_lifecycle::ports::Snapshot, usize);
+    impl etcd_asg_lifecycle::ports::SnapshotStream for Flipped {
+        fn next_chunk(&mut self) -> etcd_asg_lifecycle::ports::NextChunk<'_> {
+            Box::pin(async move {
+                let mut chunk = self.0.next_chunk().await?;
+                self.1 += 1;
+                if let Some(c) = chunk.as_mut().filter(|_| self.1 == 2) {
+                    c[0] ^= 0xff;
+                }
+                Ok(chunk)
+            })
+        }
+    }
+    let corrupted = Box::new(Flipped(members.snapshot(&url).await.unwrap(), 0));
+    let later = SnapshotFacts {
+        taken_at: facts.taken_at + 60,
+        ..facts.clone()
+    };
+    let e = store.store(corrupted, &later).await.unwrap_err();
+    assert!(e.to_string().contains("does not match"), "{e}");
+    assert_eq!(store.list().await.unwrap(), vec![backup.clone()]);
+    let uploads = s3
+        .list_multipart_uploads()
+        .bucket("backups")
+        .send()
+        .await
+        .unwrap();
+    assert!(uploads.uploads().is_empty(), "{uploads:?}");
+
     // What the seed gets: the URL, the checksum, and read access by its tag.
     let handed = store
         .hand_over(&backup.key, "i-0000000000000000a")

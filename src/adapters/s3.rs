@@ -139,6 +139,7 @@ impl S3Backups {
         snapshot: &mut Snapshot,
     ) -> Result<(u64, String), Error> {
         let mut hash = Sha256::new();
+        let mut integrity = crate::backup::SnapshotIntegrity::default();
         let mut size = 0u64;
         let mut parts = Vec::new();
         let mut buffer: Vec<u8> = Vec::with_capacity(PART);
@@ -147,10 +148,22 @@ impl S3Backups {
             match snapshot.next_chunk().await? {
                 Some(chunk) => {
                     hash.update(&chunk);
+                    integrity.feed(&chunk);
                     size += chunk.len() as u64;
                     buffer.extend_from_slice(&chunk);
                 }
-                None => done = true,
+                None => {
+                    done = true;
+                    // Before the last part and the completion: a stream that fails etcd's own
+                    // check never becomes an object (the caller aborts the upload).
+                    std::mem::take(&mut integrity).verify().map_err(|detail| {
+                        tracing::error!(%key, size, %detail, "snapshot refused: not stored");
+                        Error::EtcdProtocol {
+                            operation: "snapshot",
+                            detail,
+                        }
+                    })?;
+                }
             }
             if buffer.len() >= PART || (done && (!buffer.is_empty() || parts.is_empty())) {
                 let number = parts.len() as i32 + 1;
