@@ -943,7 +943,7 @@ impl<'a> Planner<'a> {
         if self.obs.backups_failing.is_some() {
             return None;
         }
-        crate::backup::expired(&self.obs.backups, self.obs.now, policy)
+        crate::backup::prunable(self.obs, policy)
             .into_iter()
             .next()
             .map(|key| Step::Prune { key })
@@ -1205,11 +1205,14 @@ impl<'a> Planner<'a> {
 
     /// TLS=managed: the voter whose certificate ends first, once less than a third of its life
     /// is left, is replaced; one at a time, only while every voter answers and nothing else
-    /// changes (a launching instance included).
+    /// changes (a launching instance included). A cluster of one too: its only voter's
+    /// termination is held until the replacement is a voter (the last-voter hold), so the
+    /// replacement joins first whatever order the group launches and terminates in; without
+    /// rotation its certificate would end and the cluster stop.
     fn expiring(&self, busy: bool) -> Option<Step> {
         let life = self.settings.member_cert_secs?;
-        // A single voter is never rotated away: its replacement could not join first for sure.
-        if busy || self.view.voters().count() < 2 || !self.view.voters().all(|m| self.healthy(m)) {
+        let single = self.view.voters().count() == 1;
+        if busy || !self.view.voters().all(|m| self.healthy(m)) {
             return None;
         }
         self.view
@@ -1218,7 +1221,7 @@ impl<'a> Planner<'a> {
                 let i = self
                     .instance_of(m)
                     .filter(|i| i.state == LifecycleState::InService && i.healthy)?;
-                if !self.removal_keeps_quorum(m) {
+                if !single && !self.removal_keeps_quorum(m) {
                     return None;
                 }
                 let &not_after = self.obs.published.cert_not_after.get(&i.id)?;
