@@ -7,6 +7,7 @@ CACHE             ?= /var/tmp/etcd-asg-lifecycle
 export CARGO_TARGET_DIR ?= $(CACHE)/target
 VENV              ?= $(CACHE)/venv
 TEMPLATE_VENV     ?= $(CACHE)/venv-template
+CHECKOV_VENV      ?= $(CACHE)/venv-checkov
 PYTHON            ?= python3
 CARGO             ?= cargo
 APT_PACKAGES      := etcd-server etcd-client openssl shellcheck
@@ -33,7 +34,7 @@ export BOOTSTRAP_BIN := $(BOOTSTRAP)
 # No telemetry: these machines reach no AWS endpoint.
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: demo replay test check unit adapters e2e e2e-upgrade template-check template-sync build deps apt etcd35 python-tools template-tools package bench clean $(ADAPTER_RUNS) $(E2E_RUNS)
+.PHONY: demo replay test check unit adapters e2e e2e-upgrade template-check template-sync build deps apt etcd35 python-tools template-tools checkov-tools package bench clean $(ADAPTER_RUNS) $(E2E_RUNS)
 
 ## demo: the local simulation (real etcd, emulated AWS, the real function binary); ETCD_VERSION=3.5 for 3.5
 demo: deps build
@@ -74,11 +75,14 @@ $(E2E_RUNS): e2e-%: deps build
 e2e-upgrade: deps build
 	$(VENV)/bin/python -m pytest -q tests/e2e/test_upgrade.py
 
-template-check: apt template-tools
+template-check: apt template-tools checkov-tools
 	$(PYTHON) tools/sync_template.py --check
 	shellcheck boot/etcd-boot.sh
 	$(TEMPLATE_VENV)/bin/cfn-lint template.yaml
 	$(TEMPLATE_VENV)/bin/sam validate --lint --template template.yaml --region us-east-1
+	# Every check passes or is skipped in the template with its reason (Metadata: checkov: skip);
+	# --skip-download: no network (it would fetch Prisma Cloud's guidelines).
+	$(CHECKOV_VENV)/bin/checkov -f template.yaml --framework cloudformation --skip-download --quiet --compact
 	$(TEMPLATE_VENV)/bin/python -m pytest -q tests/template
 
 ## template-sync: copy boot/etcd-boot.sh into template.yaml's user data after editing it
@@ -113,6 +117,12 @@ template-tools:
 		$(PYTHON) -m venv $(TEMPLATE_VENV) && $(TEMPLATE_VENV)/bin/pip install -q --disable-pip-version-check -r requirements-template.txt && touch $$stamp; \
 	fi
 
+checkov-tools:
+	@stamp=$(CHECKOV_VENV)/.stamp-$$(sha256sum requirements-checkov.txt | cut -c1-16); \
+	if [ ! -f $$stamp ]; then \
+		$(PYTHON) -m venv $(CHECKOV_VENV) && $(CHECKOV_VENV)/bin/pip install -q --disable-pip-version-check -r requirements-checkov.txt && touch $$stamp; \
+	fi
+
 ## package: the deployable arm64 bootstrap, as `sam build` makes it (cargo-lambda, zig)
 package: template-tools
 	rustup target add aarch64-unknown-linux-gnu
@@ -126,4 +136,4 @@ bench: deps
 	$(VENV)/bin/python -m sim.bench --binary $(CARGO_TARGET_DIR)/release/bootstrap
 
 clean:
-	rm -rf $(CARGO_TARGET_DIR) $(VENV) $(TEMPLATE_VENV) $(ETCD35_HOME)
+	rm -rf $(CARGO_TARGET_DIR) $(VENV) $(TEMPLATE_VENV) $(CHECKOV_VENV) $(ETCD35_HOME)
