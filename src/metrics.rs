@@ -81,6 +81,22 @@ impl Metrics {
             })
             .count();
         m.set("HeldForQuorum", guarded as i64, "Count");
+        // TLS=managed: the member certificate that ends first, of the instances still in the
+        // group (rotation replaces it at a third of its life; MemberCertExpiringAlarm: starved).
+        let first_end = obs
+            .published
+            .cert_not_after
+            .iter()
+            .filter(|(id, _)| obs.instance(id).is_some_and(|i| i.state.is_present()))
+            .map(|(_, &not_after)| not_after)
+            .min();
+        if let Some(not_after) = first_end {
+            m.set(
+                "MemberCertDaysLeft",
+                (not_after - obs.now).div_euclid(86_400),
+                "Count",
+            );
+        }
         let unreachable_holds = crate::planner::held_while_unreachable(obs).len();
         m.set("HeldWhileUnreachable", unreachable_holds as i64, "Count");
         let over = waits
@@ -205,6 +221,19 @@ mod tests {
             now: 1000,
         };
         let m = Metrics::observed(&obs, &[]);
+        assert_eq!(
+            m.get("MemberCertDaysLeft"),
+            None,
+            "no certificates: no figure"
+        );
+        let mut with_certs = obs.clone();
+        let certs = &mut with_certs.published.cert_not_after;
+        certs.insert("i-4".into(), 1000 + 30 * 86_400 + 5);
+        certs.insert("i-gone".into(), 1000 - 86_400); // its instance left: not counted
+        assert_eq!(
+            Metrics::observed(&with_certs, &[]).get("MemberCertDaysLeft"),
+            Some(30)
+        );
         assert_eq!(m.get("Voters"), Some(3));
         assert_eq!(m.get("HealthyVoters"), Some(2));
         assert_eq!(m.get("QuorumMargin"), Some(0));

@@ -105,6 +105,24 @@ def test_the_database_alarm_compares_the_largest_file_with_80_percent_of_the_quo
         assert not value(quota * 8 // 10) > p["Threshold"]
 
 
+def test_the_member_certificate_alarm_fires_below_a_sixth_of_their_life(template):
+    p = alarm(template, "MemberCertExpiringAlarm")
+    (stat,) = [m for m in p["Metrics"] if "MetricStat" in m]
+    (expr,) = [m for m in p["Metrics"] if "Expression" in m]
+    m = stat["MetricStat"]["Metric"]
+    assert (m["Namespace"], m["MetricName"]) == (NAMESPACE, "MemberCertDaysLeft")
+    cluster_dimension(template, m["Dimensions"])
+    assert stat["MetricStat"]["Stat"] == "Minimum" and expr["ReturnData"] is True
+    assert (p["ComparisonOperator"], p["Threshold"], p["TreatMissingData"]) == ("LessThanThreshold", 1, "notBreaching")
+    text = expr["Expression"]["Fn::Sub"]
+    for days in (1, 90, 3650):
+        value = lambda left: eval(text.replace("${MemberCertDays}", str(days)), {}, {stat["Id"]: left})
+        # Rotation starts at a third; the alarm only below a sixth.
+        assert not value(days / 3) < p["Threshold"] and not value(days / 6) < p["Threshold"]
+        assert value(days / 6 - 0.01) < p["Threshold"]
+    assert p["AlarmActions"] == TOPIC_ACTION
+
+
 def test_every_alarm_notifies_the_optional_topic(template):
     alarms = resources(template, "AWS::CloudWatch::Alarm")
     assert set(METRIC_ALARMS) | {"DatabaseNearQuotaAlarm", "FailedInvocationsAlarm"} <= set(alarms)
