@@ -779,8 +779,6 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         }
     }
 
-    /// While work waits on something slow, keep the held instances' hooks from timing out. Not
-    /// when the cluster is unreachable: then the hooks' default results are the right end.
     /// Heartbeats every held hook on the way out of a failure, or before a long step: failing
     /// to is logged, never the invocation's outcome.
     async fn heartbeat_held(&self, obs: &Observation, meter: &Meter) {
@@ -795,6 +793,9 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         }
     }
 
+    /// While work waits on something slow, keep the held instances' hooks from timing out. When
+    /// the cluster is unreachable, only the terminating instances of voters an answering member
+    /// lists: every other hook's default result is then the right end.
     async fn heartbeat(&self, obs: &Observation, wait: &Wait, meter: &Meter) -> Result<(), Error> {
         if matches!(wait, Wait::ClusterUnreachable { .. }) {
             // No quorum: only a voter's instance that is terminating is held, so that no disk
