@@ -755,6 +755,15 @@ async fn a_member_of_a_bundle_before_the_token_key_takes_the_ca_signed_tokens() 
     function.remove(&m.client, learner).await.unwrap();
     let mut snapshot = function.snapshot(&m.client).await.unwrap();
     assert!(snapshot.next_chunk().await.unwrap().is_some());
+    // A process that has learned nothing yet (a survivor's snapshot at a cold start) streams
+    // from it too: the snapshot, one request, first finds the key it takes.
+    let cold = EtcdMembers::managed(Duration::from_secs(3), &ca).unwrap();
+    let mut snapshot = cold.snapshot(&m.client).await.unwrap();
+    let mut bytes = 0;
+    while let Some(chunk) = snapshot.next_chunk().await.unwrap() {
+        bytes += chunk.len();
+    }
+    assert!(bytes > 0);
 }
 
 /// A warm environment outlives the function's one-day certificate: the adapter issues itself a

@@ -945,6 +945,23 @@ impl Members for EtcdMembers {
         if self.root.is_some() && !self.auth_seen.load(std::sync::atomic::Ordering::Relaxed) {
             self.auth_enabled(endpoint).await?;
         }
+        // The stream is one request, with one token: learn first which key this member takes
+        // (a bundle from before the token key verifies only the CA's) with a call that checks
+        // the token on 3.4 too: a serializable read of nothing, which the member answers alone
+        // (its answer, "auth revision is old" for root tokens, does not matter). A failure here
+        // is the snapshot's to report.
+        if self.root.is_some() && self.auth_seen.load(std::sync::atomic::Ordering::Relaxed) {
+            let nothing = json!({"key": "AA==", "serializable": true, "count_only": true});
+            let _ = self
+                .call::<Value>(
+                    "range",
+                    endpoint,
+                    "/v3/kv/range",
+                    nothing,
+                    Some(HEALTH_TIMEOUT),
+                )
+                .await;
+        }
         let url = format!("{}/v3/maintenance/snapshot", endpoint.trim_end_matches('/'));
         let mut request = self
             .client()?
