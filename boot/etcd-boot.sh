@@ -327,7 +327,7 @@ install_service() {
         printf 'DATA_DIR=%s\n' "$DATA_DIR"
         printf 'CONFIG_FILE=%s\n' "$CONFIG_FILE"
         printf 'ETCD_BIN=%s\n' "$ETCD_BIN"
-        for v in ETCDUTL_BIN ETCDCTL_BIN AWS_DEFAULT_REGION; do
+        for v in ETCDUTL_BIN ETCDCTL_BIN AWS_DEFAULT_REGION RESTORE_BUMP_REVISION; do
             if [ -n "${!v:-}" ]; then printf '%s=%s\n' "$v" "${!v}"; fi
         done
         printf 'ETCD_USER=%s\n' "$ETCD_USER"

@@ -1205,14 +1205,12 @@ impl<'a> Planner<'a> {
 
     /// TLS=managed: the voter whose certificate ends first, once less than a third of its life
     /// is left, is replaced; one at a time, only while every voter answers and nothing else
-    /// changes (a launching instance included). A cluster of one too: its only voter's
-    /// termination is held until the replacement is a voter (the last-voter hold), so the
-    /// replacement joins first whatever order the group launches and terminates in; without
-    /// rotation its certificate would end and the cluster stop.
+    /// changes (a launching instance included). Not a single voter: a health replacement may
+    /// terminate before its replacement shows in the group, and the last-voter hold cannot wait
+    /// for an instance it cannot see (MemberCertExpiringAlarm tells the operator instead).
     fn expiring(&self, busy: bool) -> Option<Step> {
         let life = self.settings.member_cert_secs?;
-        let single = self.view.voters().count() == 1;
-        if busy || !self.view.voters().all(|m| self.healthy(m)) {
+        if busy || self.view.voters().count() < 2 || !self.view.voters().all(|m| self.healthy(m)) {
             return None;
         }
         self.view
@@ -1221,7 +1219,7 @@ impl<'a> Planner<'a> {
                 let i = self
                     .instance_of(m)
                     .filter(|i| i.state == LifecycleState::InService && i.healthy)?;
-                if !single && !self.removal_keeps_quorum(m) {
+                if !self.removal_keeps_quorum(m) {
                     return None;
                 }
                 let &not_after = self.obs.published.cert_not_after.get(&i.id)?;

@@ -456,6 +456,9 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                     tracing::error!(step = step.name(), error = ?e, "backup store or snapshot failed: going on without backups this invocation");
                     listed = Some(Err(e.to_string()));
                     last_applied = None;
+                    // Counted here too: an invocation that ends on its budget right after a
+                    // slow failing snapshot reports no later observation.
+                    counts.count("BackupFailed");
                 }
                 Err(e) if e.is_retryable() => {
                     failures += 1;

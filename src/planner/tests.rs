@@ -1452,26 +1452,15 @@ fn survivors_restore_only_when_every_list_agrees_and_every_member_of_the_generat
 }
 
 #[test]
-fn a_single_voter_is_rotated_too_and_only_while_nothing_else_changes() {
-    let g = |instances| {
-        let mut g = given(instances).record(1).members(vec![voter(1)]);
-        let mut s = settings();
-        s.member_cert_secs = Some(3600);
-        g.settings = Some(s);
-        g.obs.published.cert_not_after.insert(i(1), 1000 + 10);
-        g
-    };
-    // Its certificate would end and the cluster of one stop: it is replaced (the last-voter hold
-    // keeps it until the replacement is a voter).
-    assert!(matches!(
-        g(vec![inst(1, InService)]).plan(),
-        Step::Replace { instance, why: Replacement::CertificateExpiring { .. } } if instance == i(1)
-    ));
-    // Not again while its replacement launches.
-    assert!(!matches!(
-        g(vec![inst(1, InService), inst(2, PendingWait)]).plan(),
-        Step::Replace { .. }
-    ));
+fn a_single_voter_is_never_rotated_away() {
+    let mut g = given(vec![inst(1, InService)])
+        .record(1)
+        .members(vec![voter(1)]);
+    let mut s = settings();
+    s.member_cert_secs = Some(3600);
+    g.settings = Some(s);
+    g.obs.published.cert_not_after.insert(i(1), 1000 + 10);
+    assert_eq!(g.plan(), Step::Idle);
 }
 
 #[test]
