@@ -10,7 +10,7 @@ TEMPLATE_VENV     ?= $(CACHE)/venv-template
 CHECKOV_VENV      ?= $(CACHE)/venv-checkov
 PYTHON            ?= python3
 CARGO             ?= cargo
-APT_PACKAGES      := etcd-server etcd-client openssl shellcheck
+APT_PACKAGES      := etcd-server etcd-client openssl shellcheck nodejs
 # The etcd versions the adapter and end-to-end tests run on, each in turn: 3.4 is Debian's
 # etcd-server (bookworm, 3.4.23), 3.5 the etcd-server and etcd-client packages of Debian's `sid`
 # suite, unpacked into the cache by tools/install-etcd.sh (the machine's apt setup untouched;
@@ -34,7 +34,7 @@ export BOOTSTRAP_BIN := $(BOOTSTRAP)
 # No telemetry: these machines reach no AWS endpoint.
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: demo replay test check unit adapters e2e e2e-upgrade template-check template-sync build deps apt etcd35 python-tools template-tools checkov-tools package bench clean $(ADAPTER_RUNS) $(E2E_RUNS)
+.PHONY: demo replay test check unit adapters e2e e2e-upgrade template-check template-sync build deps apt etcd35 python-tools client-tools template-tools checkov-tools package bench clean $(ADAPTER_RUNS) $(E2E_RUNS)
 
 ## demo: the local simulation (real etcd, emulated AWS, the real function binary); ETCD_VERSION=3.5 for 3.5
 demo: deps build
@@ -92,7 +92,16 @@ template-sync:
 build:
 	$(CARGO) build --locked
 
-deps: apt etcd35 python-tools
+deps: apt etcd35 python-tools client-tools
+
+# The client library of the end-to-end tests (npm etcd3, tests/clients/package-lock.json pins it
+# and everything it needs by hash), with the machine's Node.js (APT_PACKAGES: nodejs).
+client-tools: apt
+	@stamp=tests/clients/node_modules/.stamp-$$(sha256sum tests/clients/package-lock.json | cut -c1-16); \
+	if [ ! -f $$stamp ]; then \
+		command -v npm >/dev/null || apt-get install -y -qq --no-install-recommends npm; \
+		npm ci --prefix tests/clients --ignore-scripts --no-audit --no-fund --loglevel=error && touch $$stamp; \
+	fi
 
 etcd35: apt
 	@tools/install-etcd.sh $(ETCD35_HOME) $(ETCD35_SUITE) $(ETCD35_VERSION) $(ETCD35_SERVER_SHA) $(ETCD35_CLIENT_SHA)

@@ -1,6 +1,7 @@
 """The local simulation: one Auto Scaling group of real etcd instances, driven through bootstrap,
 scale-out, replacement, scale-in, a leader's termination, a lost event and a vanished instance by
-the real function binary, with a writer checking that no acknowledged write is lost; then every
+the real function binary, with a writer (through the load balancer, as an application would)
+checking that no acknowledged write is lost; then every
 member lost at once, and the cluster restored from its latest backup.
 
 Exit status 0 only if every step converged and no acknowledged write was lost.
@@ -31,7 +32,8 @@ def main(argv=None) -> int:
     with Simulation(binary=args.binary, workdir=args.keep, verbose=True, etcd_bin=etcd_bin, backups=True,
                     function_env={"BACKUP_INTERVAL_MINUTES": "1"}) as sim:
         print(f"emulated AWS at {sim.endpoint}; function {sim.binary}; etcd {etcd.version_of(etcd_bin)} "
-              f"({etcd_bin}); logs in {sim.workdir}\n", flush=True)
+              f"({etcd_bin}); the writer through the load balancer at {sim.client_endpoint}; logs in "
+              f"{sim.workdir}\n", flush=True)
         sim.start_writer()
         started_at = []  # (monotonic start, title) per step, to place the longest write stall
         total = len(scenario.DEMO) + 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import http.client
 import json
 import os
 import re
@@ -22,6 +23,7 @@ import ssl
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 
 VERSIONS = ("3.4", "3.5")
@@ -129,6 +131,51 @@ def call(client_url: str, path: str, body: dict, timeout: float = 1.0) -> dict:
         raise EtcdError(f"{client_url}{path}: HTTP {e.code} {e.read()[:200]!r}") from None
     except (OSError, ValueError) as e:
         raise EtcdError(f"{client_url}{path}: {e}") from None
+
+
+class Connection:
+    """One kept-open HTTP connection to `client_url` (the load balancer's endpoint), as a gRPC
+    client keeps one: it stays on the member the balancer picked until that member stops
+    answering, then the next call opens a new one (and the balancer picks again)."""
+
+    def __init__(self, client_url: str):
+        self.url = urllib.parse.urlsplit(client_url)
+        self.conn: http.client.HTTPConnection | None = None
+
+    def put(self, key: str, value: str, timeout: float = 1.0) -> None:
+        self.call("/v3/kv/put", {"key": b64(key), "value": b64(value)}, timeout)
+
+    def call(self, path: str, body: dict, timeout: float = 1.0) -> dict:
+        https = self.url.scheme == "https"
+        headers = {"Content-Type": "application/json"}
+        if https and _token is not None:
+            headers["Authorization"] = _token()
+        try:
+            if self.conn is None:
+                if https:
+                    self.conn = http.client.HTTPSConnection(self.url.hostname, self.url.port, timeout=timeout,
+                                                            context=_tls)
+                else:
+                    self.conn = http.client.HTTPConnection(self.url.hostname, self.url.port, timeout=timeout)
+            if self.conn.sock is not None:
+                self.conn.sock.settimeout(timeout)
+            self.conn.request("POST", path, json.dumps(body), headers)
+            r = self.conn.getresponse()
+            data = r.read()
+            if r.status != 200:
+                raise EtcdError(f"{self.url.netloc}{path}: HTTP {r.status} {data[:200]!r}")
+            return json.loads(data or b"{}")
+        except EtcdError:
+            self.close()
+            raise
+        except (OSError, ValueError, http.client.HTTPException) as e:
+            self.close()
+            raise EtcdError(f"{self.url.netloc}{path}: {e!r}") from None
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
 
 def b64(s: str) -> str:

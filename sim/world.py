@@ -145,7 +145,8 @@ def scheduled_event() -> dict:
 
 
 class Writer(threading.Thread):
-    """Writes a numbered key stream through the cluster, retrying; remembers what was acknowledged."""
+    """Writes a numbered key stream through the load balancer, retrying; remembers what was
+    acknowledged."""
 
     PREFIX = "/sim/writes/"
 
@@ -157,22 +158,15 @@ class Writer(threading.Thread):
         self.longest_stall = 0.0
         self.longest_stall_ended = 0.0  # monotonic time the longest stall ended
         self.stop_flag = threading.Event()
-        self.rng = random.Random(11)
 
     def run(self):
         n = 0
         last_ok = None  # a stall is the gap between two acknowledged writes
-        url = None
+        # Through the load balancer, like an application: one connection kept while it works.
+        conn = etcd.Connection(self.sim.client_endpoint)
         while not self.stop_flag.is_set():
-            urls = self.sim.running_client_urls()
-            if not urls:
-                time.sleep(0.1)
-                continue
-            # Like an etcd client: keep the endpoint that works, fail over when it stops working.
-            if url not in urls:
-                url = self.rng.choice(urls)
             try:
-                etcd.put(url, f"{self.PREFIX}{n:08d}", str(n), timeout=1.0)
+                conn.put(f"{self.PREFIX}{n:08d}", str(n), timeout=1.0)
                 now = time.monotonic()
                 if last_ok is not None and now - last_ok > self.longest_stall:
                     self.longest_stall, self.longest_stall_ended = now - last_ok, now
@@ -182,8 +176,8 @@ class Writer(threading.Thread):
                 time.sleep(0.02)
             except etcd.EtcdError:
                 self.attempts_failed += 1
-                url = None
                 time.sleep(0.05)
+        conn.close()
 
     def stop(self):
         self.stop_flag.set()
@@ -238,6 +232,10 @@ class Simulation:
         self.events_seen: list[dict] = []
         self.invoke_timeout = 60.0
         net = random.Random().randrange(1, 250), random.Random().randrange(1, 250)
+        # .1 is the load balancer's (sim/balancer.py), the stack's one client endpoint; instances .2 on.
+        self.balancer_address = f"127.{net[0]}.{net[1]}.1"
+        self.client_endpoint = f"{self.scheme}://{self.balancer_address}:2379"
+        self.balancer = None
         self._addresses = (f"127.{net[0]}.{net[1]}.{n}" for n in itertools.count(2))
         self.cluster_id: int | None = None
         # The next N instances get an address but never run their boot script (a broken AMI).
@@ -285,8 +283,9 @@ class Simulation:
         if self.tls:
             self.extra_env.setdefault("TLS", "managed")
             # On loopback a peer connects from 127.0.0.1, not its own address: etcd checks a
-            # peer's certificate against the address it connects from.
-            self.extra_env.setdefault("MEMBER_CERT_EXTRA_SANS", "127.0.0.1")
+            # peer's certificate against the address it connects from. Clients come through the
+            # load balancer, whose name members' certificates carry, as the stack's do.
+            self.extra_env.setdefault("MEMBER_CERT_EXTRA_SANS", f"127.0.0.1,{self.balancer_address}")
         self.function = Function(self.binary, {
             **self.aws_env,
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -306,6 +305,7 @@ class Simulation:
         }, os.path.join(self.workdir, "function.log"), once=("FAILPOINT_CRASH_AFTER",))
         # The group and its hooks exist before the function's cold start, which checks them.
         self.create_group(self.group, 0)
+        self._start_balancer()
         self.function.start()
         if self.tls:
             # A root certificate from the CLI (for etcdctl, which speaks gRPC), and the simulation's
@@ -343,12 +343,38 @@ class Simulation:
                     procs.stop(inst.proc, kill=True)
         if getattr(self, "function", None):
             self.function.close()
+        if self.balancer is not None:
+            procs.stop(self.balancer)
         if self.tls:
             etcd.use_tls(None)
         if self.moto is not None:
             procs.stop(self.moto)
         if not self.keep_workdir and os.environ.get("SIM_KEEP") != "1":
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _start_balancer(self):
+        """The stack's network load balancer: self.client_endpoint forwards to InService instances
+        that pass the health check (sim/balancer.py)."""
+        ready = os.path.join(self.workdir, "balancer.ready")
+        self.balancer_state = os.path.join(self.workdir, "balancer.json")
+        self.balancer = procs.spawn(
+            [sys.executable, "-m", "sim.balancer", "--aws", self.endpoint, "--group", self.group,
+             "--listen", self.balancer_address, "--health-port", "2381" if self.tls else "2379",
+             "--address-tag", ADDRESS_TAG, "--state", self.balancer_state, "--ready", ready],
+            {**os.environ, "PYTHONPATH": str(ROOT)}, os.path.join(self.workdir, "balancer.log"))
+        deadline = time.monotonic() + 30
+        while not os.path.exists(ready):
+            if self.balancer.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the load balancer did not start; see {self.workdir}/balancer.log")
+            time.sleep(0.05)
+
+    def balancer_targets(self) -> dict:
+        """What the load balancer forwards to: ``{"registered": {id: address}, "healthy": [id]}``."""
+        try:
+            with open(self.balancer_state) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return {"registered": {}, "healthy": [], "connections": {}}
 
     # --- AWS side ----------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """End-to-end tests: real etcd, moto with lifecycle hooks, the real bootstrap binary."""
 
+import json
 import os
 import shutil
 import sys
@@ -34,6 +35,85 @@ def simulation():
 def invocation_outcomes(sim):
     """(outcome, response body) of every invocation so far."""
     return [(i.outcome, i.body) for i in sim.function.invocations]
+
+
+CLIENT_APP = ROOT / "tests" / "clients" / "app.js"
+
+
+class App:
+    """One run of tests/clients/app.js (the npm etcd3 client library) against a simulation's load
+    balancer: what it printed, one JSON object a line."""
+
+    def __init__(self, sim, command: str, certs: str, user: str, prefix: str, *extra: str):
+        if not (CLIENT_APP.parent / "node_modules" / "etcd3").is_dir():
+            raise RuntimeError("the client library is not installed: make client-tools")
+        n = len([f for f in os.listdir(sim.workdir) if f.startswith("app-")])
+        self.log = os.path.join(sim.workdir, f"app-{n}-{command}.log")
+        self.stop_file = f"{self.log}.stop"
+        self.proc = procs.spawn(["node", str(CLIENT_APP), command, "--endpoint", sim.client_endpoint,
+                                 "--certs", certs, "--user", user, "--prefix", prefix,
+                                 "--stop", self.stop_file, *extra],
+                                {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, self.log)
+
+    def lines(self) -> list[dict]:
+        out = []
+        with open(self.log) as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue  # the library's own warnings
+        return out
+
+    def events(self, name: str) -> list[dict]:
+        return [line for line in self.lines() if line.get("event") == name]
+
+    def wait_event(self, name: str, timeout: float) -> dict:
+        def seen():
+            found = self.events(name)
+            if not found and self.proc.poll() is not None:
+                raise AssertionError(f"{CLIENT_APP.name} ended ({self.proc.returncode}) before {name!r}: "
+                                     f"{open(self.log).read()[-2000:]}")
+            return found[0] if found else None
+        return wait_for(f"the client's {name!r}", timeout, seen)
+
+    def finish(self, timeout: float = 60) -> dict:
+        """Asks it to stop (its --stop file) and returns its summary."""
+        open(self.stop_file, "w").close()
+        try:
+            self.proc.wait(timeout)
+        except Exception:
+            procs.stop(self.proc, kill=True)
+            raise
+        found = [line["summary"] for line in self.lines() if "summary" in line]
+        assert self.proc.returncode == 0 and found, open(self.log).read()[-2000:]
+        return found[-1]
+
+    def kill(self):
+        procs.stop(self.proc, kill=True)
+
+
+@pytest.fixture
+def apps():
+    """Starts tests/clients/app.js runs (App) and kills whichever still run at the end."""
+    started = []
+
+    def start(*args):
+        app = App(*args)
+        started.append(app)
+        return app
+
+    yield start
+    for app in started:
+        app.kill()
+
+
+def app_certificate(sim, user: str = "app", prefix: str = "/app/") -> str:
+    """A client certificate for `user`, limited to `prefix`, from the operator CLI: its folder."""
+    out = os.path.join(sim.workdir, f"certs-{user}")
+    r = sim.cli("client-cert", user, "--prefix", prefix, "--out", out)
+    assert r.returncode == 0, r.stderr
+    return out
 
 
 @pytest.fixture
