@@ -116,6 +116,9 @@ pub enum Error {
         operation: &'static str,
         detail: String,
     },
+    /// Long work stopped so that the invocation ends in time (a snapshot too slow to finish).
+    #[error("{what} stopped before the invocation's deadline: {detail}")]
+    OutOfTime { what: &'static str, detail: String },
 }
 
 impl Error {
@@ -127,7 +130,10 @@ impl Error {
             | Self::BadParameter { .. }
             | Self::Pki { .. } => false,
             Self::EtcdRefused { refusal, .. } => !matches!(refusal, Refusal::InvalidPeerUrls),
-            Self::Aws { .. } | Self::EtcdUnavailable { .. } | Self::EtcdProtocol { .. } => true,
+            Self::Aws { .. }
+            | Self::EtcdUnavailable { .. }
+            | Self::EtcdProtocol { .. }
+            | Self::OutOfTime { .. } => true,
         }
     }
 
@@ -151,6 +157,7 @@ impl Error {
             }
             Self::EtcdProtocol { .. } => "EtcdProtocol",
             Self::Pki { .. } => "Pki",
+            Self::OutOfTime { .. } => "OutOfTime",
         };
         format!("{}.{what}", self.class())
     }

@@ -58,6 +58,9 @@ pub struct World {
     /// The bucket refuses listings, or stores (a deleted bucket, a disabled KMS key, a policy).
     pub bucket_list_fails: bool,
     pub bucket_store_fails: bool,
+    /// Snapshots stream their first chunk, then nothing more (a database too large for the
+    /// function's share of a CPU, a member too slow).
+    pub snapshot_stalls: bool,
 }
 
 fn store_failure(operation: &'static str) -> Error {
@@ -74,6 +77,22 @@ impl SnapshotStream for Chunks {
     fn next_chunk(&mut self) -> NextChunk<'_> {
         let next = (!self.0.is_empty()).then(|| self.0.remove(0));
         Box::pin(async move { Ok(next) })
+    }
+}
+
+/// A snapshot that sends one chunk and then never another.
+struct Stalls(bool);
+
+impl SnapshotStream for Stalls {
+    fn next_chunk(&mut self) -> NextChunk<'_> {
+        let first = !std::mem::replace(&mut self.0, true);
+        Box::pin(async move {
+            if first {
+                Ok(Some(b"first".to_vec()))
+            } else {
+                std::future::pending().await
+            }
+        })
     }
 }
 
@@ -102,8 +121,16 @@ impl Backups for Fake {
             return Err(store_failure("PutObject"));
         }
         let mut content = Vec::new();
-        while let Some(chunk) = snapshot.next_chunk().await? {
-            content.extend(chunk);
+        loop {
+            match snapshot.next_chunk().await {
+                Ok(Some(chunk)) => content.extend(chunk),
+                Ok(None) => break,
+                Err(e) => {
+                    // The real store aborts its multipart upload: nothing is kept.
+                    self.world().calls.push("store aborted".into());
+                    return Err(e);
+                }
+            }
         }
         let mut w = self.world();
         let key = format!(
@@ -679,6 +706,9 @@ impl Members for Fake {
     async fn snapshot(&self, endpoint: &str) -> Result<Snapshot, Error> {
         let mut w = self.world();
         w.calls.push(format!("snapshot {endpoint}"));
+        if w.snapshot_stalls {
+            return Ok(Box::new(Stalls(false)));
+        }
         let data = w.data.clone();
         Ok(Box::new(Chunks(
             data.into_bytes().chunks(4).map(<[u8]>::to_vec).collect(),

@@ -423,7 +423,11 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                 // A snapshot can take long: every held hook gets its heartbeat before it.
                 self.heartbeat_held(&obs, &meter).await;
             }
-            match self.apply(&step, &obs, &meter).await {
+            // A snapshot gets half of what is left, so that a database too large to stream in
+            // time never takes the membership work after it (the backup before a removal is
+            // best-effort) and the invocation still ends with its heartbeats.
+            let until = applying + stop_at.saturating_duration_since(applying) / 2;
+            match self.apply(&step, &obs, &meter, until).await {
                 Ok(outcome) => {
                     log_decision(&step, outcome);
                     counts.count(format!("StepsApplied.{}", step.name()));
@@ -454,6 +458,9 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                 // invocation tries again. BackupFailed counts it (the BackupFailing alarm).
                 Err(e) if matches!(step, Step::Backup { .. } | Step::Prune { .. }) => {
                     tracing::error!(step = step.name(), error = ?e, "backup store or snapshot failed: going on without backups this invocation");
+                    if matches!(e, Error::OutOfTime { .. }) {
+                        counts.count("BackupTimedOut");
+                    }
                     listed = Some(Err(e.to_string()));
                     last_applied = None;
                     // Counted here too: an invocation that ends on its budget right after a
@@ -507,11 +514,13 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         }
     }
 
+    /// `until`: when a snapshot must stop (its upload then aborted).
     async fn apply(
         &self,
         step: &Step,
         obs: &Observation,
         meter: &Meter,
+        until: Instant,
     ) -> Result<&'static str, Error> {
         let view = match &obs.cluster {
             ClusterState::Known(v) => Some(v),
@@ -634,8 +643,14 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                     etcd_version: status.version,
                     taken_at: obs.now,
                 };
-                let began = std::time::Instant::now();
+                let began = Instant::now();
                 let snapshot = meter.etcd(members.snapshot(endpoint)).await?;
+                let snapshot = Box::new(Bounded {
+                    inner: snapshot,
+                    until,
+                    began,
+                    streamed: 0,
+                });
                 let (backup, sha256) = meter.aws(store.store(snapshot, &facts)).await?;
                 let secs = began.elapsed().as_secs_f64();
                 let mib_per_s = backup.size as f64 / 1_048_576.0 / secs.max(0.001);
@@ -893,6 +908,41 @@ fn describe_wait(w: &Wait) -> String {
         Wait::Refused { step, refusal, .. } => s + &format!(" ({step}: {refusal})"),
         Wait::ClusterUnreachable { detail } => s + &format!(": {detail}"),
         _ => s,
+    }
+}
+
+/// A snapshot stream that ends in `Error::OutOfTime` at `until`: the store aborts its upload
+/// (nothing half-stored) and the invocation goes on without the backup. A chunk that never comes
+/// is cut off too, not only a slow total.
+struct Bounded {
+    inner: crate::ports::Snapshot,
+    until: Instant,
+    began: Instant,
+    streamed: u64,
+}
+
+impl crate::ports::SnapshotStream for Bounded {
+    fn next_chunk(&mut self) -> crate::ports::NextChunk<'_> {
+        Box::pin(async move {
+            let until = tokio::time::Instant::from_std(self.until);
+            match tokio::time::timeout_at(until, self.inner.next_chunk()).await {
+                Ok(Ok(Some(chunk))) => {
+                    self.streamed += chunk.len() as u64;
+                    Ok(Some(chunk))
+                }
+                Ok(other) => other,
+                Err(_) => Err(Error::OutOfTime {
+                    what: "snapshot",
+                    detail: format!(
+                        "{:.1} MiB streamed in {:.1} s, the half of the invocation a snapshot may \
+                         take; a database this large needs more CPU (the function's memory \
+                         size) or time (its timeout)",
+                        self.streamed as f64 / 1_048_576.0,
+                        self.began.elapsed().as_secs_f64()
+                    ),
+                }),
+            }
+        })
     }
 }
 

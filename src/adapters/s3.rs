@@ -117,9 +117,10 @@ impl S3Backups {
             .map_err(|e| aws("CreateMultipartUpload")(e.into()))?;
         let upload_id = created.upload_id().unwrap_or_default().to_string();
         let result = self.parts(key, &upload_id, &mut snapshot).await;
-        if result.is_err() {
+        if let Err(e) = &result {
             // Nothing half-done: an aborted upload leaves no object (and the bucket's lifecycle
             // rule sweeps any abort that fails).
+            tracing::warn!(%key, error = ?e, "backup upload aborted: nothing stored");
             let _ = self
                 .s3
                 .abort_multipart_upload()

@@ -852,6 +852,38 @@ async fn a_failing_store_costs_the_backup_never_a_held_hooks_heartbeat() {
 }
 
 #[tokio::test]
+async fn a_snapshot_that_cannot_finish_stops_in_time_and_the_removal_goes_on() {
+    let world = three_member_cluster().await;
+    let r = with_backups(&world);
+    converge_with(&r, &world).await; // the first scheduled backup
+    world.world().now += 120; // the removal wants a fresh one
+    world.world().snapshot_stalls = true;
+    world.start_terminating("i-00000003");
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let event = lifecycle_event("terminate", "i-00000003");
+    let resp = tokio::time::timeout(Duration::from_secs(10), r.handle(&event, deadline))
+        .await
+        .expect("the invocation outlived its deadline inside the snapshot")
+        .unwrap();
+    assert!(Instant::now() < deadline, "returned after its deadline");
+    let Response::Reconciled { metrics, .. } = &resp else {
+        panic!("{resp:?}")
+    };
+    assert_eq!(metrics.get("BackupFailed"), Some(1), "{metrics:?}");
+    assert_eq!(metrics.get("BackupTimedOut"), Some(1), "{metrics:?}");
+    let calls = world.calls();
+    let aborted = calls.iter().position(|c| c == "store aborted");
+    let removed = calls.iter().position(|c| c.starts_with("remove"));
+    assert!(
+        matches!((aborted, removed), (Some(a), Some(m)) if a < m),
+        "the upload aborted, then the member removed in the same invocation: {calls:#?}"
+    );
+    let w = world.world();
+    assert_eq!(w.bucket.len(), 1, "nothing half-stored");
+    assert!(w.members.iter().all(|m| m.name != "i-00000003"));
+}
+
+#[tokio::test]
 async fn scheduled_snapshots_wait_for_the_interval_and_a_moved_revision() {
     use crate::model::MemberStatus;
     let world = three_member_cluster().await;
