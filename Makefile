@@ -10,7 +10,7 @@ TEMPLATE_VENV     ?= $(CACHE)/venv-template
 CHECKOV_VENV      ?= $(CACHE)/venv-checkov
 PYTHON            ?= python3
 CARGO             ?= cargo
-APT_PACKAGES      := etcd-server etcd-client openssl shellcheck nodejs
+APT_PACKAGES      := etcd-server etcd-client openssl shellcheck nodejs nftables
 # The etcd versions the adapter and end-to-end tests run on, each in turn: 3.4 is Debian's
 # etcd-server (bookworm, 3.4.23), 3.5 the etcd-server and etcd-client packages of Debian's `sid`
 # suite, unpacked into the cache by tools/install-etcd.sh (the machine's apt setup untouched;

@@ -244,6 +244,7 @@ class Simulation:
         self.lock = threading.RLock()
         self.stop_flag = threading.Event()
         self.moto = None
+        self._cut_tables: set[str] = set()  # nftables tables of cut_off(), removed at close
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -331,6 +332,8 @@ class Simulation:
 
     def close(self):
         self.stop_flag.set()
+        for table in list(self._cut_tables):
+            subprocess.run(["nft", "delete", "table", "inet", table], capture_output=True)
         if getattr(self, "writer", None) and self.writer.is_alive():
             self.writer.stop()
         if getattr(self, "delivery", None):
@@ -473,6 +476,29 @@ class Simulation:
             if inst and inst.proc is not None:
                 procs.stop(inst.proc, kill=True)
                 inst.proc = None
+
+    def cut_off(self, iid: str):
+        """A context in which only clients cannot reach `iid`'s etcd (its client port, as a route
+        or an ACL would): its peers (2380) and the load balancer's health check (2381) still
+        can. An nftables table of the simulation's own, removed on the way out."""
+        address = self.instances[iid].address
+        table = f"etcdsim_{address.replace('.', '_')}"
+        sim = self
+
+        class _CutOff:
+            def __enter__(self):
+                script = (f"add table inet {table}\n"
+                          f"add chain inet {table} out {{ type filter hook output priority 0 ; }}\n"
+                          f"add rule inet {table} out ip daddr {address} tcp dport 2379 reject with tcp reset\n")
+                subprocess.run(["nft", "-f", "-"], input=script, text=True, check=True, capture_output=True)
+                sim._cut_tables.add(table)
+                return self
+
+            def __exit__(self, *exc):
+                subprocess.run(["nft", "delete", "table", "inet", table], capture_output=True)
+                sim._cut_tables.discard(table)
+
+        return _CutOff()
 
     def pause_instance(self, iid: str):
         procs.pause(self.instances[iid].proc)

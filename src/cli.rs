@@ -448,6 +448,9 @@ pub fn explain_wait(w: &Wait) -> String {
         Wait::MemberDown { instance, member, down_secs } => format!(
             "member {member} on {instance} has not answered for {down_secs} s: replaced after UNHEALTHY_REPLACE_SECS, one at a time, while the others keep a quorum"
         ),
+        Wait::MemberUnreachableFromFunction { instance, member, down_secs } => format!(
+            "member {member} on {instance} has not answered the function for {down_secs} s, but its peers are connected to it: not replaced; check the function's route to it (subnets, security groups, network ACLs)"
+        ),
         Wait::NotYetVisible { step, instance } => format!(
             "{step}{} was just applied; AWS does not show it yet",
             instance.as_ref().map(|i| format!(" of {i}")).unwrap_or_default()
@@ -683,6 +686,7 @@ mod tests {
                 alarms: vec![],
                 history_compacted: false,
                 auth_enabled: false,
+                peer_connected: Default::default(),
             }),
             published: PublishedState::default(),
             backups: vec![],

@@ -26,6 +26,9 @@ pub struct World {
     pub etcd_down: bool,
     /// Instances whose etcd is dead (or never starts) while the instance itself runs on.
     pub dead: BTreeSet<String>,
+    /// Instances whose etcd runs and serves its peers but that the function cannot reach (a
+    /// route, an ACL, an ENI problem): their peers report them connected.
+    pub cut_off: BTreeSet<String>,
     /// The group's hook names, when a test wants them other than the configured two.
     pub hooks: Option<Vec<String>>,
     /// Fences of replaced cluster records (see `PublishedConfig::replace_cluster`).
@@ -287,6 +290,11 @@ impl Fake {
 
 impl World {
     /// A started member whose instance runs and whose etcd is alive.
+    /// Live, and reachable from the function.
+    fn reachable(&self, m: &Member) -> bool {
+        self.live(m) && !self.cut_off.contains(&m.name)
+    }
+
     fn live(&self, m: &Member) -> bool {
         m.is_started()
             && !self.etcd_down
@@ -533,7 +541,7 @@ impl Members for Fake {
         let answering = w
             .members
             .iter()
-            .filter(|m| !m.is_learner && w.live(m))
+            .filter(|m| !m.is_learner && w.reachable(m))
             .filter(|_| cluster.is_none_or(|c| c == cluster_id))
             .find_map(|m| m.client_urls.iter().find(|u| endpoints.contains(u)));
         // A quorum of voters alive, or there is no leader and nobody is believed.
@@ -555,20 +563,26 @@ impl Members for Fake {
                 healthy: w
                     .members
                     .iter()
-                    .filter(|m| w.live(m))
+                    .filter(|m| w.reachable(m))
                     .map(|m| m.id)
                     .collect(),
                 endpoint: endpoint.clone(),
                 statuses: w
                     .members
                     .iter()
-                    .filter(|m| w.live(m))
+                    .filter(|m| w.reachable(m))
                     .map(|m| (m.id, w.db.get(&m.id).cloned().unwrap_or_default()))
                     .collect(),
                 alarms: w.alarms.clone(),
                 history_compacted: w.compacted > 0
                     && w.compacted >= w.db.values().map(|s| s.revision).max().unwrap_or(0),
                 auth_enabled: w.auth_enabled,
+                peer_connected: w
+                    .members
+                    .iter()
+                    .filter(|m| w.live(m) && w.cut_off.contains(&m.name))
+                    .map(|m| m.id)
+                    .collect(),
             }),
             // No quorum: the members still alive answer for themselves (status, local list).
             _ => ClusterState::Unreachable {

@@ -165,6 +165,7 @@ mod tests {
             alarms: vec![],
             history_compacted: false,
             auth_enabled: false,
+            peer_connected: Default::default(),
             members,
         }
     }

@@ -99,6 +99,13 @@ impl Metrics {
         }
         let unreachable_holds = crate::planner::held_while_unreachable(obs).len();
         m.set("HeldWhileUnreachable", unreachable_holds as i64, "Count");
+        // Voters down for the function alone (their peers connected to them): never replaced
+        // on that view (MemberUnreachableFromFunctionAlarm).
+        let cut_off = waits
+            .iter()
+            .filter(|w| matches!(w, Wait::MemberUnreachableFromFunction { .. }))
+            .count();
+        m.set("MemberUnreachableFromFunction", cut_off as i64, "Count");
         let over = waits
             .iter()
             .any(|w| matches!(w, Wait::LiveDataOverQuota { .. }));
@@ -214,6 +221,7 @@ mod tests {
                 alarms: vec![],
                 history_compacted: false,
                 auth_enabled: false,
+                peer_connected: Default::default(),
             }),
             published: PublishedState::default(),
             backups: vec![],

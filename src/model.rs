@@ -192,6 +192,10 @@ pub struct ClusterView {
     /// Whether etcd's authentication is on (asked only when the function holds root tokens,
     /// TLS=managed; false otherwise).
     pub auth_enabled: bool,
+    /// Started members that did not answer the function but to which an answering member
+    /// reports an active raft connection (etcd's `etcd_network_active_peers` gauge): down for
+    /// the function only. Asked only when a started member does not answer.
+    pub peer_connected: BTreeSet<MemberId>,
 }
 
 /// One member's own status: its database file and how much of it is in use, its version, and

@@ -19,7 +19,8 @@
 //!    never over a member of another instance that holds the same peer URL;
 //! 6. a voter whose etcd has been down `unhealthy_replace_secs` while its instance is in service
 //!    is replaced (the group's health is set to Unhealthy), one at a time, while the others keep a
-//!    quorum;
+//!    quorum; never while an answering member still holds a raft connection to it (down for the
+//!    function only);
 //! 7. delete published configs and down-marks of instances that are gone or well again.
 
 use crate::config::Settings;
@@ -191,6 +192,15 @@ pub enum Wait {
         member: MemberId,
         down_secs: i64,
     },
+    /// A voter the function cannot reach, but to which an answering member reports an active
+    /// raft connection: down for the function only (a route, an ACL, an ENI problem). Never
+    /// replaced on the function's view alone; a replacement in the same place could look down
+    /// again, a loop at quorum margin zero.
+    MemberUnreachableFromFunction {
+        instance: String,
+        member: MemberId,
+        down_secs: i64,
+    },
     /// The observation still calls for a step this invocation has just applied (AWS is
     /// eventually consistent: a completed action can show a while longer): a later invocation
     /// sees it done.
@@ -239,6 +249,7 @@ impl Wait {
             Self::PeerUrlTaken { .. } => "peer-url-taken",
             Self::JoinBlocked { .. } => "join-blocked",
             Self::MemberDown { .. } => "member-down",
+            Self::MemberUnreachableFromFunction { .. } => "member-unreachable-from-function",
             Self::NotYetVisible { .. } => "not-yet-visible",
             Self::Refused { .. } => "refused-for-now",
             Self::LiveDataOverQuota { .. } => "live-data-over-quota",
@@ -325,7 +336,8 @@ impl Wait {
             | Self::LearnerStarting { instance }
             | Self::LastVoterHeld { instance, .. }
             | Self::PeerUrlTaken { instance, .. }
-            | Self::MemberDown { instance, .. } => Some(instance),
+            | Self::MemberDown { instance, .. }
+            | Self::MemberUnreachableFromFunction { instance, .. } => Some(instance),
             Self::QuorumGuard { instance, .. }
             | Self::NotYetVisible { instance, .. }
             | Self::Refused { instance, .. } => instance.as_deref(),
@@ -339,7 +351,8 @@ impl Wait {
             | Self::VoterNotStarted { member }
             | Self::JoinBlocked { member }
             | Self::PeerUrlTaken { member, .. }
-            | Self::MemberDown { member, .. } => Some(*member),
+            | Self::MemberDown { member, .. }
+            | Self::MemberUnreachableFromFunction { member, .. } => Some(*member),
             _ => None,
         }
     }
@@ -1149,6 +1162,15 @@ impl<'a> Planner<'a> {
                 continue;
             };
             let down_secs = self.obs.now - since;
+            // A second view before replacing: its peers still hold a raft connection to it.
+            if self.view.peer_connected.contains(&m.id) {
+                out.push(Step::Wait(Wait::MemberUnreachableFromFunction {
+                    instance: i.id.clone(),
+                    member: m.id,
+                    down_secs,
+                }));
+                continue;
+            }
             // One at a time, and only when its terminate hook will be able to remove it.
             if down_secs >= self.settings.unhealthy_replace_secs
                 && !change_under_way

@@ -228,6 +228,53 @@ async fn membership_calls_against_a_real_cluster() {
     ));
 }
 
+#[tokio::test]
+async fn a_member_the_function_cannot_reach_is_seen_connected_by_its_peers() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = EtcdMembers::new(Duration::from_secs(3), None).unwrap();
+    let mut nodes: Vec<Etcd> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|n| Etcd::new(n, dir.path()))
+        .collect();
+    // n3 serves its peers, but the client URL it advertises leads nowhere: the function's probe
+    // of it fails, as with a route or an ACL on the function's path only.
+    nodes[2].advertised_client_url = format!("http://127.0.0.1:{}", support::free_port());
+    let initial: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("{}={}", n.name, n.peer_url))
+        .collect();
+    for n in nodes.iter_mut() {
+        n.start(&initial.join(","), "new");
+    }
+    let urls = [nodes[0].client_url.clone(), nodes[1].client_url.clone()];
+    let v = eventually("n3 seen connected by its peers", 30, || async {
+        match etcd.observe(&urls, None).await {
+            ClusterState::Known(v) if v.members.iter().all(|m| m.is_started()) => {
+                (!v.peer_connected.is_empty()).then_some(v)
+            }
+            _ => None,
+        }
+    })
+    .await;
+    let n3 = v.members.iter().find(|m| m.name == "n3").unwrap().id;
+    assert!(!v.healthy.contains(&n3), "the function cannot reach it");
+    assert_eq!(v.peer_connected, [n3].into_iter().collect());
+    // Its etcd stops: its peers lose the connection, and it is down for everyone.
+    nodes[2].kill();
+    eventually("n3 gone for its peers too", 30, || async {
+        match etcd.observe(&urls, None).await {
+            ClusterState::Known(v) if !v.healthy.contains(&n3) && v.peer_connected.is_empty() => {
+                Some(())
+            }
+            _ => None,
+        }
+    })
+    .await;
+    for n in nodes.iter_mut() {
+        n.kill();
+    }
+}
+
 fn openssl(dir: &std::path::Path, args: &str) {
     let status = std::process::Command::new("openssl")
         .args(args.split_whitespace())

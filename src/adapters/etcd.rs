@@ -40,6 +40,25 @@ pub struct EtcdMembers {
     /// The highest revision this process compacted to: what `compacted_up_to` answers when
     /// etcd's authentication keeps it from reading the history.
     compacted_to: Mutex<i64>,
+    /// TLS=managed: the members' plain-HTTP metrics port; None: `/metrics` on the client URL.
+    metrics_port: Option<u16>,
+}
+
+/// The members a `/metrics` page reports an active raft connection to: the `Remote` label
+/// (a member id in hex) of each `etcd_network_active_peers` sample of 1 or more.
+fn active_peers(text: &str) -> impl Iterator<Item = MemberId> + '_ {
+    text.lines().filter_map(|line| {
+        let rest = line.strip_prefix("etcd_network_active_peers{")?;
+        let (labels, value) = rest.split_once('}')?;
+        if value.trim().parse::<f64>().ok()? < 1.0 {
+            return None;
+        }
+        let remote = labels
+            .split(',')
+            .find_map(|kv| kv.trim().strip_prefix("Remote=\""))?
+            .trim_end_matches('"');
+        u64::from_str_radix(remote, 16).ok().map(MemberId)
+    })
 }
 
 /// etcd sends every 64-bit integer as a JSON string; accept a bare number too.
@@ -297,6 +316,7 @@ impl EtcdMembers {
             auth_seen: std::sync::atomic::AtomicBool::new(false),
             signers: Mutex::default(),
             compacted_to: Mutex::new(0),
+            metrics_port: None,
         })
     }
 
@@ -367,6 +387,65 @@ impl EtcdMembers {
     }
 
     /// Acts as etcd's `root` from now on, with tokens signed by `tokens`.
+    /// Where members serve `/metrics`: this port in plain HTTP on their address (TLS=managed's
+    /// `ETCD_LISTEN_METRICS_URLS`), else their client URL.
+    pub fn with_metrics_port(mut self, port: Option<u16>) -> Self {
+        self.metrics_port = port;
+        self
+    }
+
+    /// The second view of members that did not answer the function: which of `down` an
+    /// answering member reports an active raft connection to. etcd's rafthttp keeps the gauge
+    /// `etcd_network_active_peers{Local,Remote}` at 1 while the stream to a peer works and sets
+    /// it to 0 when the peer stops answering (a dead process at once, a hung one after the
+    /// stream's 5 s read timeout):
+    /// https://github.com/etcd-io/etcd/blob/v3.5.30/server/etcdserver/api/rafthttp/peer_status.go
+    /// Best effort: a member whose metrics cannot be read adds nothing.
+    async fn peer_view(
+        &self,
+        members: &[Member],
+        healthy: &std::collections::BTreeSet<MemberId>,
+        down: &[MemberId],
+    ) -> std::collections::BTreeSet<MemberId> {
+        let mut connected = std::collections::BTreeSet::new();
+        let Ok(client) = self.client() else {
+            return connected;
+        };
+        for m in members.iter().filter(|m| healthy.contains(&m.id)) {
+            let Some(url) = m.client_urls.first().and_then(|u| self.metrics_url(u)) else {
+                continue;
+            };
+            let text = async {
+                client
+                    .get(url.clone())
+                    .timeout(HEALTH_TIMEOUT)
+                    .send()
+                    .await?
+                    .error_for_status()?
+                    .text()
+                    .await
+            };
+            match text.await {
+                Ok(text) => connected.extend(active_peers(&text).filter(|id| down.contains(id))),
+                Err(e) => tracing::debug!(%url, error = %e, "peer view: metrics unreadable"),
+            }
+            if down.iter().all(|d| connected.contains(d)) {
+                break;
+            }
+        }
+        connected
+    }
+
+    fn metrics_url(&self, client_url: &str) -> Option<reqwest::Url> {
+        let mut url = reqwest::Url::parse(client_url).ok()?;
+        if let Some(port) = self.metrics_port {
+            url.set_scheme("http").ok()?;
+            url.set_port(Some(port)).ok()?;
+        }
+        url.set_path("/metrics");
+        Some(url)
+    }
+
     pub fn with_root(mut self, tokens: RootTokens) -> Self {
         self.root = Some(tokens);
         self
@@ -579,6 +658,16 @@ impl EtcdMembers {
                 "the answering member knows no leader".into(),
             ));
         };
+        let down: Vec<MemberId> = members
+            .iter()
+            .filter(|m| m.is_started() && !healthy.contains(&m.id))
+            .map(|m| m.id)
+            .collect();
+        let peer_connected = if down.is_empty() {
+            Default::default()
+        } else {
+            self.peer_view(&members, &healthy, &down).await
+        };
         // Alarms are cluster-wide (raft state): any member answers for all.
         let alarms: AlarmResponse = self
             .call(
@@ -615,6 +704,7 @@ impl EtcdMembers {
             alarms,
             history_compacted,
             auth_enabled,
+            peer_connected,
             leader: Some(leader),
             healthy,
             endpoint: endpoint.to_string(),
@@ -1075,5 +1165,33 @@ impl Members for EtcdMembers {
             self.check_login(endpoint, name, password).await?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn active_peers_are_read_from_etcds_metrics_page() {
+        // As etcd 3.5 prints it (one sample per peer; Local is the member serving the page).
+        let page = "# HELP etcd_network_active_peers The current number of active peer connections.\n\
+            # TYPE etcd_network_active_peers gauge\n\
+            etcd_network_active_peers{Local=\"8e9e05c52164694d\",Remote=\"91bc3c398fb3c146\"} 1\n\
+            etcd_network_active_peers{Local=\"8e9e05c52164694d\",Remote=\"fd422379fda50e48\"} 0\n\
+            etcd_network_disconnected_peers_total{Local=\"8e9e05c52164694d\",Remote=\"fd422379fda50e48\"} 3\n\
+            etcd_network_active_peers{Local=\"8e9e05c52164694d\",Remote=\"not-hex\"} 1\n";
+        let found: Vec<MemberId> = active_peers(page).collect();
+        assert_eq!(found, [MemberId(0x91bc3c398fb3c146)]);
+    }
+
+    #[test]
+    fn metrics_are_read_on_the_metrics_port_in_plain_http_when_there_is_one() {
+        let m = EtcdMembers::new(Duration::from_secs(1), None).unwrap();
+        let plain = m.metrics_url("http://10.0.0.2:2379").unwrap();
+        assert_eq!(plain.as_str(), "http://10.0.0.2:2379/metrics");
+        let m = m.with_metrics_port(Some(2381));
+        let tls = m.metrics_url("https://10.0.0.2:2379").unwrap();
+        assert_eq!(tls.as_str(), "http://10.0.0.2:2381/metrics");
     }
 }

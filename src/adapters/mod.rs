@@ -63,6 +63,7 @@ pub async fn connect(config: Config, aws: &aws_config::SdkConfig) -> Result<Live
         }
         (None, None) => (None, etcd::EtcdMembers::new(config.etcd_timeout, None)?),
     };
+    let members = members.with_metrics_port(config.settings.topology.metrics_port);
     Ok(Reconciler {
         group,
         lifecycle: autoscaling::LifecycleHooks {

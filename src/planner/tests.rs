@@ -95,6 +95,7 @@ impl Given {
             alarms: vec![],
             history_compacted: false,
             auth_enabled: false,
+            peer_connected: Default::default(),
         });
         self
     }
@@ -107,6 +108,15 @@ impl Given {
     fn unhealthy(mut self, n: u8) -> Self {
         if let ClusterState::Known(v) = &mut self.obs.cluster {
             v.healthy.remove(&id(n));
+        }
+        self
+    }
+    /// Member `n` does not answer the function, yet an answering member reports a raft
+    /// connection to it.
+    fn cut_off(mut self, n: u8) -> Self {
+        if let ClusterState::Known(v) = &mut self.obs.cluster {
+            v.healthy.remove(&id(n));
+            v.peer_connected.insert(id(n));
         }
         self
     }
@@ -811,6 +821,35 @@ fn a_member_down_too_long_is_replaced_once_the_others_keep_quorum() {
     // With another voter down too, removing 2 would leave one answering voter of two: no.
     let g = base().down_since(2, 700).unhealthy(3).down_since(3, 700);
     assert!(matches!(g.plan(), Step::Wait(Wait::MemberDown { .. })));
+}
+
+#[test]
+fn a_member_only_the_function_cannot_reach_is_never_replaced() {
+    let base = || {
+        given(vec![
+            inst(1, InService),
+            inst(2, InService),
+            inst(3, InService),
+        ])
+        .record(1)
+        .members(vec![voter(1), voter(2), voter(3)])
+    };
+    // Down for the function far past UNHEALTHY_REPLACE_SECS, its peers connected to it: a
+    // wait that names it, never a replacement.
+    let g = base().cut_off(2).down_since(2, 1);
+    assert_eq!(
+        g.plan(),
+        Step::Wait(Wait::MemberUnreachableFromFunction {
+            instance: i(2),
+            member: id(2),
+            down_secs: 999
+        })
+    );
+    // Its first sight is noted as for any member that does not answer.
+    assert!(matches!(base().cut_off(2).plan(), Step::NoteDown { .. }));
+    // The peers' view only ever holds a replacement back: a member down for both is replaced.
+    let g = base().unhealthy(2).down_since(2, 1);
+    assert!(matches!(g.plan(), Step::Replace { instance, .. } if instance == i(2)));
 }
 
 #[test]

@@ -1066,6 +1066,49 @@ async fn a_restore_whose_seed_never_starts_hands_the_snapshot_to_the_next_seed()
 }
 
 #[tokio::test]
+async fn a_member_only_the_function_cannot_reach_is_never_marked_unhealthy() {
+    let world = three_member_cluster().await;
+    let r = reconciler(&world);
+    world.world().cut_off.insert("i-00000002".into());
+    let mut last = None;
+    for _ in 0..5 {
+        last = Some(r.handle(&schedule(), far()).await.unwrap());
+        world.world().now += 600; // far past UNHEALTHY_REPLACE_SECS
+    }
+    let calls = world.calls();
+    assert!(
+        !calls.iter().any(|c| c.starts_with("set-unhealthy")),
+        "{calls:#?}"
+    );
+    let Some(Response::Reconciled {
+        waiting, metrics, ..
+    }) = &last
+    else {
+        panic!("{last:?}")
+    };
+    assert_eq!(
+        waiting.as_deref(),
+        Some("member-unreachable-from-function i-00000002 member 2"),
+        "{last:?}"
+    );
+    assert_eq!(metrics.get("MemberUnreachableFromFunction"), Some(1));
+    // Down for its peers too (its etcd dies): replaced as any dead member.
+    {
+        let mut w = world.world();
+        w.cut_off.clear();
+        w.dead.insert("i-00000002".into());
+    }
+    for _ in 0..3 {
+        r.handle(&schedule(), far()).await.unwrap();
+        world.world().now += 600;
+    }
+    assert!(world
+        .calls()
+        .iter()
+        .any(|c| c == "set-unhealthy i-00000002"));
+}
+
+#[tokio::test]
 async fn auth_is_turned_on_once_the_cluster_serves_and_only_once() {
     let world = three_member_cluster().await;
     let mut r = reconciler(&world);

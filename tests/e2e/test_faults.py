@@ -1,12 +1,13 @@
 """Faults on purpose: duplicated and reordered events, a function killed between two steps, two
 terminations at once, a hung member, another group's events."""
 
+import json
 import time
 
 import pytest
 
 from sim.world import Chaos
-from conftest import invocation_outcomes
+from conftest import invocation_outcomes, wait_for
 from sim import etcd
 
 
@@ -107,3 +108,33 @@ def test_a_function_with_a_bad_setting_fails_at_start_naming_it(simulation):
     with pytest.raises(RuntimeError) as failed:
         simulation(function_env={"ETCD_PEER_PORT": "70000"})
     assert "ETCD_PEER_PORT" in str(failed.value) and "70000" in str(failed.value)
+
+
+def test_a_member_only_the_function_cannot_reach_is_not_replaced(simulation):
+    # Its client port refused to everyone (a route or an ACL); its peers still reach it on 2380.
+    sim = simulation(function_env={"UNHEALTHY_REPLACE_SECS": "10"})
+    sim.scale(3)
+    sim.wait_converged(3, label="bootstrap")
+    sim.start_writer()
+    instances = sorted(i["InstanceId"] for i in sim.group_instances())
+    leader = sim.leader()
+    iid = next(i for i in instances if i != leader)
+    began = len(sim.function.invocations)
+    with sim.cut_off(iid):
+        wait_for("the function's second view", 60, lambda: any(
+            ((i.body or {}).get("waiting") or "").startswith(f"member-unreachable-from-function {iid}")
+            for i in sim.function.invocations[began:]))
+        time.sleep(15)  # past UNHEALTHY_REPLACE_SECS: still not replaced
+        group = sim.group_instances()
+        assert sorted(i["InstanceId"] for i in group) == instances
+        assert all(i["HealthStatus"] == "Healthy" and i["LifecycleState"] == "InService" for i in group)
+        steps = [s for i in sim.function.invocations[began:] if i.body for s in i.body.get("steps", [])]
+        assert not [s for s in steps if s.startswith("replace-instance")], steps
+        with open(f"{sim.workdir}/function.log") as f:
+            emf = [json.loads(line) for line in f if '"_aws"' in line]
+        assert emf and emf[-1].get("MemberUnreachableFromFunction") == 1, emf[-1:]
+    # Reachable again: the same three members, nothing replaced, no write lost.
+    sim.wait_converged(3, label="reachable again")
+    assert sorted(i["InstanceId"] for i in sim.group_instances()) == instances
+    sim.writer.stop()
+    assert sim.writer.lost() == []

@@ -71,16 +71,20 @@ pub struct Etcd {
     pub name: String,
     pub peer_url: String,
     pub client_url: String,
+    /// What it tells the cluster its client URL is (default: `client_url`).
+    pub advertised_client_url: String,
     proc: Option<Proc>,
     pub dir: PathBuf,
 }
 
 impl Etcd {
     pub fn new(name: &str, root: &Path) -> Etcd {
+        let client_url = format!("http://127.0.0.1:{}", free_port());
         Etcd {
             name: name.to_string(),
             peer_url: format!("http://127.0.0.1:{}", free_port()),
-            client_url: format!("http://127.0.0.1:{}", free_port()),
+            advertised_client_url: client_url.clone(),
+            client_url,
             proc: None,
             dir: root.join(name),
         }
@@ -96,7 +100,7 @@ impl Etcd {
             .args(["--listen-peer-urls", &self.peer_url])
             .args(["--initial-advertise-peer-urls", &self.peer_url])
             .args(["--listen-client-urls", &self.client_url])
-            .args(["--advertise-client-urls", &self.client_url])
+            .args(["--advertise-client-urls", &self.advertised_client_url])
             .args(["--initial-cluster", initial_cluster])
             .args(["--initial-cluster-state", state])
             .args(["--initial-cluster-token", "adapter-test"]);

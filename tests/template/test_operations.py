@@ -48,6 +48,9 @@ METRIC_ALARMS = {
     # No quorum, and a voter's instance held at termination for 5 minutes.
     "HeldWhileUnreachableAlarm": ("HeldWhileUnreachable", "Maximum", 60, 5, 5, "GreaterThanOrEqualToThreshold", 1,
                                   "notBreaching"),
+    # A voter down for the function alone (its peers connected to it) for 10 minutes.
+    "MemberUnreachableFromFunctionAlarm": ("MemberUnreachableFromFunction", "Maximum", 60, 10, 10,
+                                           "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
     # The store or snapshots failing in every invocation for 15 minutes.
     "BackupFailingAlarm": ("BackupFailed", "Sum", 300, 3, 3, "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
     # A year ahead of the CA's end (TLS=managed).
