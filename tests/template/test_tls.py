@@ -22,6 +22,7 @@ PKI_RESOURCES = {"PkiKey", "FunctionPkiPolicy", "InstancePkiPolicy"}
 # src/config.rs: MEMBER_CERT_DAYS 1..=3650.
 CERT_DAYS = (1, 3650)
 MANAGED = {"ManagedTls": True, "HasZone": True, "CreateBackupBucket": True, "WithSessionManager": True}
+BUCKET = f"{STACK}-backups-bucket"
 
 
 def instance_arn(instance):
@@ -41,10 +42,18 @@ def config_defaults():
 # --- a small IAM evaluator over the stack's role policies ----------------------------------------
 
 def concrete(value):
-    """A policy's Resource or condition value for this stack, account and Region: Fn::Sub text, or
-    a key's ARN (arn:<logical id>); None for what names no SSM parameter or key (a bucket)."""
+    """A policy's Resource or condition value for this stack, account and Region: Fn::Sub text, a
+    bucket's (BUCKET, the stack creating it), or a key's ARN (arn:<logical id>); None for what
+    it cannot tell."""
     if isinstance(value, str):
         return value
+    if isinstance(value, dict) and isinstance(value.get("Fn::Sub"), list):
+        text, variables = value["Fn::Sub"]
+        for name, v in variables.items():
+            if render(v, MANAGED) not in ({"Ref": "BackupBucket"}, {"Ref": "BackupBucketName"}):
+                return None
+            text = text.replace("${" + name + "}", BUCKET)
+        return concrete({"Fn::Sub": text})
     if isinstance(value, dict) and isinstance(value.get("Fn::Sub"), str):
         return (value["Fn::Sub"].replace("${AWS::Partition}", "aws").replace("${AWS::Region}", REGION)
                 .replace("${AWS::AccountId}", ACCOUNT).replace("${AWS::StackName}", STACK))
