@@ -351,6 +351,7 @@ mod tests {
         });
         let mut obs = Observation {
             instances: vec![],
+            desired_capacity: 3,
             cluster: crate::model::ClusterState::unreachable(""),
             published: crate::model::PublishedState {
                 cluster: Some(record),
@@ -475,6 +476,7 @@ mod tests {
     fn manual_recovery_waits_for_a_request_naming_a_backup_we_have() {
         let mut obs = Observation {
             instances: vec![],
+            desired_capacity: 3,
             cluster: crate::model::ClusterState::unreachable(""),
             published: Default::default(),
             backups: vec![backup(10, 1), backup(20, 2)],

@@ -442,6 +442,9 @@ pub fn explain_wait(w: &Wait) -> String {
         Wait::LastVoterHeld { instance, replacement } => format!(
             "{instance} is the last voter: held until {replacement} has joined and been promoted"
         ),
+        Wait::LastVoterAwaitsReplacement { instance, desired_capacity } => format!(
+            "{instance} is the last voter and the group wants {desired_capacity} instance(s): held until the replacement is listed, joined and promoted (scale to 0 to end the cluster)"
+        ),
         Wait::PeerUrlTaken { instance, member } => format!(
             "{instance}'s peer URL is still held by member {member} of another instance: it joins once that member is removed"
         ),
@@ -660,6 +663,7 @@ mod tests {
             is_learner: false,
         };
         let obs = Observation {
+            desired_capacity: 3,
             instances: vec![Instance {
                 id: "i-1".into(),
                 state: LifecycleState::InService,

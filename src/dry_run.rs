@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::Error;
 use crate::model::{
-    ActionResult, Alarm, Backup, BackupRef, ClusterRecord, ClusterState, Instance, MemberConfig,
+    ActionResult, Alarm, Backup, BackupRef, ClusterRecord, ClusterState, GroupState, MemberConfig,
     MemberId, PublishedState, Timestamp, Transition,
 };
 use crate::pki::{Ca, KeyPem};
@@ -68,8 +68,8 @@ pub fn wrap<G, L, P, M, B>(r: Reconciler<G, L, P, M, B>) -> (Dry<G, L, P, M, B>,
 }
 
 impl<G: Group> Group for DryRun<G> {
-    async fn instances(&self) -> Result<Vec<Instance>, Error> {
-        self.inner.instances().await
+    async fn describe(&self) -> Result<GroupState, Error> {
+        self.inner.describe().await
     }
 
     async fn set_unhealthy(&self, instance: &str) -> Result<(), Error> {

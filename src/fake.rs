@@ -29,6 +29,8 @@ pub struct World {
     /// Instances whose etcd runs and serves its peers but that the function cannot reach (a
     /// route, an ACL, an ENI problem): their peers report them connected.
     pub cut_off: BTreeSet<String>,
+    /// The group's desired capacity; None: the instances not terminating.
+    pub desired_capacity: Option<u32>,
     /// The group's hook names, when a test wants them other than the configured two.
     pub hooks: Option<Vec<String>>,
     /// Fences of replaced cluster records (see `PublishedConfig::replace_cluster`).
@@ -306,8 +308,19 @@ impl World {
 }
 
 impl Group for Fake {
-    async fn instances(&self) -> Result<Vec<Instance>, Error> {
-        Ok(self.world().instances.clone())
+    async fn describe(&self) -> Result<GroupState, Error> {
+        let w = self.world();
+        // As Auto Scaling keeps it: the instances not on their way out, unless a test says.
+        let desired_capacity = w.desired_capacity.unwrap_or_else(|| {
+            w.instances
+                .iter()
+                .filter(|i| i.state.is_present() && i.state != LifecycleState::TerminatingWait)
+                .count() as u32
+        });
+        Ok(GroupState {
+            instances: w.instances.clone(),
+            desired_capacity,
+        })
     }
 
     async fn set_unhealthy(&self, instance: &str) -> Result<(), Error> {

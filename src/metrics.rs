@@ -196,6 +196,7 @@ mod tests {
     fn the_state_of_a_cluster_with_a_member_down_and_a_hold() {
         let members = vec![voter(1), voter(2), voter(3)];
         let obs = Observation {
+            desired_capacity: 3,
             instances: vec![Instance {
                 id: "i-4".into(),
                 state: LifecycleState::PendingWait,

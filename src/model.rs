@@ -107,6 +107,15 @@ pub fn is_valid_address(s: &str) -> bool {
         })
 }
 
+/// The group as one DescribeAutoScalingGroups call (and EC2's addresses) shows it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct GroupState {
+    pub instances: Vec<Instance>,
+    /// How many instances the group wants in service: with the last voter leaving, above 0
+    /// means a replacement is coming even before it is listed.
+    pub desired_capacity: u32,
+}
+
 /// One instance of the group, as Auto Scaling and EC2 describe it.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Instance {
@@ -509,6 +518,8 @@ pub struct PublishedState {
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Observation {
     pub instances: Vec<Instance>,
+    /// The group's desired capacity (see `GroupState`).
+    pub desired_capacity: u32,
     pub cluster: ClusterState,
     pub published: PublishedState,
     /// Complete backups, oldest first; empty when backups are off.

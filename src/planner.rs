@@ -175,6 +175,12 @@ pub enum Wait {
         instance: String,
         replacement: String,
     },
+    /// The last voter is leaving and no replacement is listed yet, but the group's desired
+    /// capacity says one is coming: held (heartbeats) until it is listed, then `LastVoterHeld`.
+    LastVoterAwaitsReplacement {
+        instance: String,
+        desired_capacity: u32,
+    },
     /// A voter does not answer, and etcd refuses every add until it answers or is removed.
     JoinBlocked {
         member: MemberId,
@@ -233,6 +239,7 @@ impl Wait {
                 | Self::LearnerStarting { .. }
                 | Self::VoterNotStarted { .. }
                 | Self::LastVoterHeld { .. }
+                | Self::LastVoterAwaitsReplacement { .. }
         )
     }
 
@@ -246,6 +253,7 @@ impl Wait {
             Self::QuorumGuard { .. } => "quorum-guard",
             Self::VoterNotStarted { .. } => "voter-not-started",
             Self::LastVoterHeld { .. } => "last-voter-held",
+            Self::LastVoterAwaitsReplacement { .. } => "last-voter-awaits-replacement",
             Self::PeerUrlTaken { .. } => "peer-url-taken",
             Self::JoinBlocked { .. } => "join-blocked",
             Self::MemberDown { .. } => "member-down",
@@ -335,6 +343,7 @@ impl Wait {
             Self::SeedStarting { instance }
             | Self::LearnerStarting { instance }
             | Self::LastVoterHeld { instance, .. }
+            | Self::LastVoterAwaitsReplacement { instance, .. }
             | Self::PeerUrlTaken { instance, .. }
             | Self::MemberDown { instance, .. }
             | Self::MemberUnreachableFromFunction { instance, .. } => Some(instance),
@@ -460,6 +469,10 @@ fn record_bookkeeping(obs: &Observation, view: &ClusterView) -> Option<Step> {
     // Once it served, the seed's config never says `new` again: if the seed lost its data it
     // would bootstrap a one-member cluster with the very same member and cluster ids. With
     // `existing` and nobody else listed, such an etcd refuses to start instead.
+    // Only for a seed still in the group: a vanished seed's config is cleanup's to delete (and
+    // a certificate could not be issued for an instance without an address).
+    obs.instance(&record.seed)
+        .filter(|i| i.state.is_present())?;
     let seed_config = obs.published.members.get(&record.seed)?;
     let needs_rewrite =
         seed_config.config.state == InitialState::New || seed_config.config.restore.is_some();
@@ -789,8 +802,8 @@ impl<'a> Planner<'a> {
             };
             if !m.is_learner && self.view.voters().count() == 1 {
                 // The last voter: replace before remove. With a replacement on its way, hold the
-                // instance until it has joined and been promoted; with none (the group scaled
-                // to zero), the cluster ends with it.
+                // instance until it has joined and been promoted; with none and a desired
+                // capacity of 0 (the group scaled to zero), the cluster ends with it.
                 // (Its address may not be known yet: it is a replacement all the same.)
                 let replacement = by_age(&self.obs.instances)
                     .into_iter()
@@ -800,6 +813,16 @@ impl<'a> Planner<'a> {
                         instance: i.id.clone(),
                         replacement: r.id.clone(),
                     }),
+                    // The group still wants instances: a replacement is coming even if it is not
+                    // listed yet (Auto Scaling launches it once this one is on its way out, and
+                    // its DescribeAutoScalingGroups is eventually consistent). Ending the only
+                    // voter now would lose the cluster.
+                    None if self.obs.desired_capacity > 0 => {
+                        Step::Wait(Wait::LastVoterAwaitsReplacement {
+                            instance: i.id.clone(),
+                            desired_capacity: self.obs.desired_capacity,
+                        })
+                    }
                     None if self.obs.published.members.contains_key(&i.id) => Step::Unpublish {
                         instance: i.id.clone(),
                     },
@@ -1227,12 +1250,15 @@ impl<'a> Planner<'a> {
 
     /// TLS=managed: the voter whose certificate ends first, once less than a third of its life
     /// is left, is replaced; one at a time, only while every voter answers and nothing else
-    /// changes (a launching instance included). Not a single voter: a health replacement may
-    /// terminate before its replacement shows in the group, and the last-voter hold cannot wait
-    /// for an instance it cannot see (MemberCertExpiringAlarm tells the operator instead).
+    /// changes (a launching instance included). A cluster of one too: its only voter's
+    /// termination is held until the replacement is a voter (the last-voter hold), and while the
+    /// group's desired capacity says one is coming even before it is listed (a health replacement
+    /// that terminates first), so the replacement joins first whatever order the group takes;
+    /// without rotation its certificate would end and the cluster stop.
     fn expiring(&self, busy: bool) -> Option<Step> {
         let life = self.settings.member_cert_secs?;
-        if busy || self.view.voters().count() < 2 || !self.view.voters().all(|m| self.healthy(m)) {
+        let single = self.view.voters().count() == 1;
+        if busy || !self.view.voters().all(|m| self.healthy(m)) {
             return None;
         }
         self.view
@@ -1241,7 +1267,7 @@ impl<'a> Planner<'a> {
                 let i = self
                     .instance_of(m)
                     .filter(|i| i.state == LifecycleState::InService && i.healthy)?;
-                if !self.removal_keeps_quorum(m) {
+                if !single && !self.removal_keeps_quorum(m) {
                     return None;
                 }
                 let &not_after = self.obs.published.cert_not_after.get(&i.id)?;
@@ -1272,14 +1298,21 @@ impl<'a> Planner<'a> {
             })
     }
 
-    /// Rule 7: configs and down-marks of instances that are gone.
+    /// Rule 7: configs, key material and down-marks of instances that are gone. A bundle with no
+    /// config (handed out by an invocation that died before publishing) goes too: its
+    /// certificate's end (`certs/`, written before the bundle and deleted after it) names it.
     fn cleanup(&self) -> Vec<Step> {
         let gone = |id: &str| self.obs.instance(id).is_none_or(|i| !i.state.is_present());
-        let configs = self
-            .obs
-            .published
+        let published = &self.obs.published;
+        let configs = published
             .members
             .keys()
+            .chain(
+                published
+                    .cert_not_after
+                    .keys()
+                    .filter(|id| !published.members.contains_key(*id)),
+            )
             .filter(|id| gone(id))
             .map(|id| Step::Unpublish {
                 instance: id.clone(),

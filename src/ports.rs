@@ -6,14 +6,15 @@ use std::pin::Pin;
 
 use crate::error::Error;
 use crate::model::{
-    ActionResult, Alarm, Backup, BackupRef, ClusterRecord, ClusterState, Instance, MemberConfig,
+    ActionResult, Alarm, Backup, BackupRef, ClusterRecord, ClusterState, GroupState, MemberConfig,
     MemberId, PublishedState, Timestamp, Transition,
 };
 use crate::pki::{Ca, KeyPem};
 
 /// The group's instances with their lifecycle states and addresses.
 pub trait Group: Send + Sync {
-    fn instances(&self) -> impl Future<Output = Result<Vec<Instance>, Error>> + Send;
+    /// Its instances and desired capacity.
+    fn describe(&self) -> impl Future<Output = Result<GroupState, Error>> + Send;
     /// Mark the instance Unhealthy so the group replaces it (through the terminate hook).
     fn set_unhealthy(&self, instance: &str) -> impl Future<Output = Result<(), Error>> + Send;
 }

@@ -16,8 +16,8 @@ use crate::event::{self, Expected, Trigger};
 use crate::maintenance;
 use crate::metrics::Metrics;
 use crate::model::{
-    ActionResult, ClusterRecord, ClusterState, ClusterView, MemberId, Observation, Restore,
-    Timestamp, Transition,
+    ActionResult, ClusterRecord, ClusterState, ClusterView, GroupState, MemberId, Observation,
+    Restore, Timestamp, Transition,
 };
 use crate::planner::{self, Replacement, Step, Wait};
 use crate::ports::{
@@ -214,8 +214,8 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
     ) -> Result<Response, Error> {
         let started = Instant::now();
         let meter = Meter::default();
-        let instances = meter.aws(self.group.instances()).await?;
-        if instances.iter().any(|i| i.id == instance) {
+        let group = meter.aws(self.group.describe()).await?;
+        if group.instances.iter().any(|i| i.id == instance) {
             let trigger = format!("{transition} {instance}");
             return Box::pin(self.reconcile(trigger, Some(instance), deadline)).await;
         }
@@ -278,7 +278,10 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         meter.observations.fetch_add(1, Ordering::Relaxed);
         // Group, then parameters, then etcd: a config is written only after its member exists,
         // so a config seen here without its member means the member has since been removed.
-        let instances = meter.aws(self.group.instances()).await?;
+        let GroupState {
+            instances,
+            desired_capacity,
+        } = meter.aws(self.group.describe()).await?;
         let published = meter.aws(self.published.load()).await?;
         let topology = &self.config.settings.topology;
         let mut present: Vec<_> = instances.iter().filter(|i| i.state.is_present()).collect();
@@ -302,6 +305,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         };
         Ok(Observation {
             instances,
+            desired_capacity,
             cluster,
             published,
             backups,
@@ -709,7 +713,10 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             }
             Step::Publish { instance, config } => {
                 // Its certificate first: the boot script fetches it once the config is there.
-                if let Some(pki) = &self.config.pki {
+                // Issued once: a config published again (a replay, a seed's rewrite) finds its
+                // bundle in place, and a key is not generated only to be thrown away.
+                let bundled = obs.published.cert_not_after.contains_key(instance);
+                if let Some(pki) = self.config.pki.as_ref().filter(|_| !bundled) {
                     let ca = self.ca.as_ref().ok_or_else(|| Error::Pki {
                         what: "issuing a member certificate",
                         detail: "TLS=managed but no CA was loaded at cold start".into(),

@@ -123,10 +123,12 @@ async fn group_instances_and_lifecycle_actions() {
         address,
     };
 
-    let by_tag = group(AddressSource::Tag("etcd-address".into()))
-        .instances()
+    let described = group(AddressSource::Tag("etcd-address".into()))
+        .describe()
         .await
         .unwrap();
+    assert_eq!(described.desired_capacity, 2);
+    let by_tag = described.instances;
     assert_eq!(by_tag.len(), 2);
     for i in &by_tag {
         assert_eq!(i.state, LifecycleState::PendingWait, "{i:?}");
@@ -151,9 +153,10 @@ async fn group_instances_and_lifecycle_actions() {
         .await
         .unwrap();
     let after_tag = group(AddressSource::Tag("etcd-address".into()))
-        .instances()
+        .describe()
         .await
-        .unwrap();
+        .unwrap()
+        .instances;
     let address = |id: &str| {
         after_tag
             .iter()
@@ -165,7 +168,11 @@ async fn group_instances_and_lifecycle_actions() {
     assert_eq!(address(&ids[1]), None);
     assert!(address(&ids[0]).is_some());
 
-    let by_ip = group(AddressSource::PrivateIp).instances().await.unwrap();
+    let by_ip = group(AddressSource::PrivateIp)
+        .describe()
+        .await
+        .map(|g| g.instances)
+        .unwrap();
     assert!(by_ip
         .iter()
         .all(|i| i.address.as_deref().is_some_and(|a| a.starts_with("10."))));
@@ -174,7 +181,9 @@ async fn group_instances_and_lifecycle_actions() {
         group: "nope".into(),
         ..group(AddressSource::PrivateIp)
     };
-    assert!(matches!(missing.instances().await, Err(Error::GroupNotFound(g)) if g == "nope"));
+    assert!(
+        matches!(missing.describe().await.map(|g| g.instances), Err(Error::GroupNotFound(g)) if g == "nope")
+    );
 
     let hooks = LifecycleHooks {
         autoscaling: autoscaling.clone(),
@@ -206,7 +215,11 @@ async fn group_instances_and_lifecycle_actions() {
         hooks.heartbeat(a, Transition::Launch).await.unwrap(),
         Completion::NotPending
     );
-    let after = group(AddressSource::PrivateIp).instances().await.unwrap();
+    let after = group(AddressSource::PrivateIp)
+        .describe()
+        .await
+        .map(|g| g.instances)
+        .unwrap();
     let state = |id: &str| after.iter().find(|i| i.id == id).unwrap().state.clone();
     assert_eq!(state(a), LifecycleState::InService);
     assert_eq!(state(b), LifecycleState::PendingWait);
@@ -219,7 +232,11 @@ async fn group_instances_and_lifecycle_actions() {
         .send()
         .await
         .unwrap();
-    let now = group(AddressSource::PrivateIp).instances().await.unwrap();
+    let now = group(AddressSource::PrivateIp)
+        .describe()
+        .await
+        .map(|g| g.instances)
+        .unwrap();
     assert_eq!(
         now.iter().find(|i| &i.id == a).unwrap().state,
         LifecycleState::TerminatingWait
@@ -231,7 +248,11 @@ async fn group_instances_and_lifecycle_actions() {
             .unwrap(),
         Completion::Done
     );
-    let now = group(AddressSource::PrivateIp).instances().await.unwrap();
+    let now = group(AddressSource::PrivateIp)
+        .describe()
+        .await
+        .map(|g| g.instances)
+        .unwrap();
     assert!(now.iter().all(|i| &i.id != a), "{now:?}");
 
     // What the function checks and learns at cold start.
@@ -252,9 +273,15 @@ async fn group_instances_and_lifecycle_actions() {
         .await
         .unwrap();
     let g = group(AddressSource::PrivateIp);
-    assert!(g.instances().await.unwrap().iter().all(|i| i.healthy));
+    assert!(g
+        .describe()
+        .await
+        .map(|g| g.instances)
+        .unwrap()
+        .iter()
+        .all(|i| i.healthy));
     g.set_unhealthy(b).await.unwrap();
-    let now = g.instances().await.unwrap();
+    let now = g.describe().await.map(|g| g.instances).unwrap();
     let sick = now.iter().find(|i| &i.id == b).unwrap();
     assert!(
         !sick.healthy || sick.state == LifecycleState::TerminatingWait,

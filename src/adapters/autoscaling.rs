@@ -10,7 +10,9 @@ use super::aws;
 use crate::config::AddressSource;
 use crate::error::Error;
 use crate::event::shown;
-use crate::model::{is_valid_address, ActionResult, Instance, LifecycleState, Transition};
+use crate::model::{
+    is_valid_address, ActionResult, GroupState, Instance, LifecycleState, Transition,
+};
 use crate::ports::{Completion, Group, Lifecycle};
 
 pub struct AutoScalingGroup {
@@ -22,7 +24,7 @@ pub struct AutoScalingGroup {
 
 impl AutoScalingGroup {
     /// This group, as DescribeAutoScalingGroups tells it.
-    async fn describe(&self) -> Result<aws_sdk_autoscaling::types::AutoScalingGroup, Error> {
+    async fn group(&self) -> Result<aws_sdk_autoscaling::types::AutoScalingGroup, Error> {
         let out = self
             .autoscaling
             .describe_auto_scaling_groups()
@@ -39,8 +41,9 @@ impl AutoScalingGroup {
 }
 
 impl Group for AutoScalingGroup {
-    async fn instances(&self) -> Result<Vec<Instance>, Error> {
-        let group = self.describe().await?;
+    async fn describe(&self) -> Result<GroupState, Error> {
+        let group = self.group().await?;
+        let desired_capacity = group.desired_capacity().unwrap_or(0).max(0) as u32;
         let states: Vec<(String, LifecycleState, bool)> = group
             .instances()
             .iter()
@@ -56,7 +59,10 @@ impl Group for AutoScalingGroup {
             })
             .collect();
         if states.is_empty() {
-            return Ok(vec![]);
+            return Ok(GroupState {
+                instances: vec![],
+                desired_capacity,
+            });
         }
         // Address and launch time: EC2's. An instance EC2 no longer knows keeps no address.
         let mut details: HashMap<String, (Option<String>, i64)> = HashMap::new();
@@ -90,7 +96,7 @@ impl Group for AutoScalingGroup {
                 details.insert(id.to_string(), (address, launched));
             }
         }
-        Ok(states
+        let instances = states
             .into_iter()
             .map(|(id, state, healthy)| {
                 let (address, launched_at) = details.remove(&id).unwrap_or((None, 0));
@@ -102,7 +108,11 @@ impl Group for AutoScalingGroup {
                     healthy,
                 }
             })
-            .collect())
+            .collect();
+        Ok(GroupState {
+            instances,
+            desired_capacity,
+        })
     }
 
     async fn set_unhealthy(&self, instance: &str) -> Result<(), Error> {
@@ -122,7 +132,7 @@ impl AutoScalingGroup {
     /// `arn:<partition>:ec2:<region>:<account>:instance/`, from the group's own ARN: what an
     /// instance's requests carry as `ec2:SourceInstanceARN`, less the instance id.
     pub async fn instance_arn_prefix(&self) -> Result<String, Error> {
-        let group = self.describe().await?;
+        let group = self.group().await?;
         let arn = group.auto_scaling_group_arn().unwrap_or_default();
         instance_arn_prefix(arn).ok_or_else(|| Error::Aws {
             operation: "DescribeAutoScalingGroups",

@@ -63,9 +63,15 @@ struct Given {
 }
 
 fn given(instances: Vec<Instance>) -> Given {
+    // As Auto Scaling keeps it after a scale-in: the instances not on their way out.
+    let desired_capacity = instances
+        .iter()
+        .filter(|i| i.state.is_present() && i.state != LifecycleState::TerminatingWait)
+        .count() as u32;
     Given {
         obs: Observation {
             instances,
+            desired_capacity,
             cluster: ClusterState::unreachable("connection refused"),
             published: PublishedState::default(),
             backups: vec![],
@@ -103,6 +109,11 @@ impl Given {
         if let ClusterState::Known(v) = &mut self.obs.cluster {
             v.leader = Some(id(n));
         }
+        self
+    }
+    /// The group's desired capacity, as a test says.
+    fn desired(mut self, n: u32) -> Self {
+        self.obs.desired_capacity = n;
         self
     }
     fn unhealthy(mut self, n: u8) -> Self {
@@ -504,12 +515,31 @@ fn simultaneous_terminations_remove_one_member_per_step_oldest_first() {
 
 #[test]
 fn the_last_voter_is_not_removed_but_its_termination_completes() {
+    // The group scaled to zero: the cluster ends with it.
     let g = given(vec![inst(1, TerminatingWait)])
         .record(1)
         .members(vec![voter(1)]);
+    assert_eq!(g.obs.desired_capacity, 0);
     assert_eq!(
         g.plan(),
         complete(1, Transition::Terminate, ActionResult::Continue)
+    );
+}
+
+#[test]
+fn the_last_voter_waits_for_a_replacement_the_group_wants_but_has_not_listed() {
+    // Terminated without decrementing (or replaced terminate-first): the group still wants one
+    // instance, whose launch Auto Scaling has not listed yet.
+    let g = given(vec![inst(1, TerminatingWait)])
+        .record(1)
+        .members(vec![voter(1)])
+        .desired(1);
+    assert_eq!(
+        g.plan(),
+        Step::Wait(Wait::LastVoterAwaitsReplacement {
+            instance: i(1),
+            desired_capacity: 1
+        })
     );
 }
 
@@ -526,6 +556,38 @@ fn terminations_come_before_joins() {
 }
 
 // Rule 4: clean up what events missed.
+
+#[test]
+fn a_vanished_seeds_config_is_deleted_not_rewritten() {
+    // The record served; the seed's config still says `new`, and the seed's instance is gone.
+    let g = given(vec![inst(2, InService), inst(3, InService)])
+        .record(1)
+        .members(vec![voter(2), voter(3)])
+        .published(1, seed_config(1), 1);
+    assert_eq!(g.plan(), Step::Unpublish { instance: i(1) });
+    // Present, it is rewritten as before.
+    let g = given(vec![inst(1, InService), inst(2, InService)])
+        .record(1)
+        .members(vec![voter(1), voter(2)])
+        .published(1, seed_config(1), 1);
+    assert!(matches!(g.plan(), Step::Publish { instance, .. } if instance == i(1)));
+}
+
+#[test]
+fn key_material_of_a_gone_instance_goes_even_without_its_config() {
+    // An invocation handed out 9's bundle and died before publishing its config; 9 is gone.
+    let mut g = given(vec![inst(1, InService)])
+        .record(1)
+        .members(vec![voter(1)]);
+    g.obs.published.cert_not_after.insert(i(9), 5000);
+    assert_eq!(g.plan(), Step::Unpublish { instance: i(9) });
+    // An instance still present keeps it (its config is on its way).
+    let mut g = given(vec![inst(1, InService), inst(2, PendingWait)])
+        .record(1)
+        .members(vec![voter(1)]);
+    g.obs.published.cert_not_after.insert(i(2), 5000);
+    assert_ne!(g.plan(), Step::Unpublish { instance: i(2) });
+}
 
 #[test]
 fn a_member_whose_instance_left_is_removed_when_quorum_holds() {
@@ -1491,15 +1553,33 @@ fn survivors_restore_only_when_every_list_agrees_and_every_member_of_the_generat
 }
 
 #[test]
-fn a_single_voter_is_never_rotated_away() {
-    let mut g = given(vec![inst(1, InService)])
-        .record(1)
-        .members(vec![voter(1)]);
-    let mut s = settings();
-    s.member_cert_secs = Some(3600);
-    g.settings = Some(s);
-    g.obs.published.cert_not_after.insert(i(1), 1000 + 10);
-    assert_eq!(g.plan(), Step::Idle);
+fn a_single_voter_is_rotated_too_and_only_while_nothing_else_changes() {
+    let g = |instances| {
+        let mut g = given(instances).record(1).members(vec![voter(1)]);
+        let mut s = settings();
+        s.member_cert_secs = Some(3600);
+        g.settings = Some(s);
+        g.obs.published.cert_not_after.insert(i(1), 1000 + 10);
+        g
+    };
+    // Its certificate would end and the cluster of one stop: it is replaced (the last-voter
+    // holds keep it until the replacement is a voter).
+    assert!(matches!(
+        g(vec![inst(1, InService)]).plan(),
+        Step::Replace { instance, why: Replacement::CertificateExpiring { .. } } if instance == i(1)
+    ));
+    // Not again while its replacement launches.
+    assert!(!matches!(
+        g(vec![inst(1, InService), inst(2, PendingWait)]).plan(),
+        Step::Replace { .. }
+    ));
+    // Marked, and terminating before Auto Scaling lists the replacement: held, not let go.
+    let mut marked = g(vec![inst(1, TerminatingWait)]).desired(1);
+    marked.obs.instances[0].healthy = false;
+    assert!(matches!(
+        marked.plan(),
+        Step::Wait(Wait::LastVoterAwaitsReplacement { instance, .. }) if instance == i(1)
+    ));
 }
 
 #[test]

@@ -599,6 +599,44 @@ async fn a_cluster_of_one_is_replaced_before_its_last_voter_is_removed() {
 }
 
 #[tokio::test]
+async fn a_cluster_of_one_replaced_terminate_first_keeps_its_last_voter_until_the_replacement_joins(
+) {
+    let world = Fake::default();
+    world.launch(1);
+    converge(&world, &[schedule()]).await;
+    world.world().data = "precious".into();
+    // Terminated without decrementing: the group wants one instance again, but Auto Scaling
+    // has not listed the replacement when the event arrives.
+    world.world().desired_capacity = Some(1);
+    world.start_terminating("i-00000001");
+    let r = reconciler(&world);
+    let resp = r
+        .handle(&lifecycle_event("terminate", "i-00000001"), far())
+        .await
+        .unwrap();
+    let (_, waiting, _) = reconciled(&resp);
+    assert_eq!(
+        waiting,
+        Some("last-voter-awaits-replacement i-00000001"),
+        "{resp:?}"
+    );
+    let calls = world.calls();
+    assert!(
+        !calls.iter().any(|c| c.starts_with("complete terminate")),
+        "the only voter kept: {calls:#?}"
+    );
+    assert!(calls.contains(&"heartbeat terminate i-00000001".to_string()));
+    // The replacement shows up, joins, and only then does the old voter go.
+    world.launch(2);
+    converge(&world, &[schedule()]).await;
+    assert_converged(&world);
+    let w = world.world();
+    assert_eq!(w.members.len(), 1);
+    assert_eq!(w.members[0].name, "i-00000002");
+    assert_eq!(w.data, "precious", "the data lived on in the replacement");
+}
+
+#[tokio::test]
 async fn a_new_instance_on_a_dead_members_address_joins_after_that_member_is_removed() {
     let world = three_member_cluster().await;
     // 2 vanishes (no hook, no event); 4 comes up on 2's old address.
@@ -1106,6 +1144,46 @@ async fn a_member_only_the_function_cannot_reach_is_never_marked_unhealthy() {
         .calls()
         .iter()
         .any(|c| c == "set-unhealthy i-00000002"));
+}
+
+#[tokio::test]
+async fn a_config_published_again_keeps_the_members_certificate() {
+    let world = Fake::default();
+    let mut r = reconciler_with(&world, &[("TLS", "managed")]);
+    let ca = crate::pki::Ca::generate("etcd", 1000).unwrap();
+    r.ca = Some(ca.clone());
+    world.launch(1);
+    for _ in 0..10 {
+        r.handle(&schedule(), far()).await.unwrap();
+        world.boot();
+        world.world().now += 5;
+    }
+    assert!(world.world().tls.contains_key("i-00000001"));
+    // An invocation handed out 2's bundle and died before publishing its config: the next
+    // one publishes the config and keeps that bundle rather than issuing another.
+    world.launch(2);
+    let earlier = ca
+        .issue_member("i-00000002", "10.0.0.2", &[], 3600, 1000)
+        .unwrap();
+    {
+        let mut w = world.world();
+        w.tls.insert("i-00000002".into(), earlier.bundle(&ca));
+        w.cert_not_after
+            .insert("i-00000002".into(), earlier.not_after);
+    }
+    let bundle = world.world().tls.get("i-00000002").cloned();
+    for _ in 0..10 {
+        r.handle(&schedule(), far()).await.unwrap();
+        world.boot();
+        world.world().now += 5;
+    }
+    assert!(world.world().configs.contains_key("i-00000002"));
+    let calls = world.calls();
+    assert!(
+        !calls.iter().any(|c| c == "hand-out i-00000002"),
+        "no second certificate: {calls:#?}"
+    );
+    assert_eq!(world.world().tls.get("i-00000002").cloned(), bundle);
 }
 
 #[tokio::test]

@@ -166,3 +166,24 @@ def test_certificates_renew_by_replacing_members_one_at_a_time_with_no_write_los
         log = f.read()
     assert log.count("member certificate past two thirds of its life") >= 3
 
+
+
+def test_a_cluster_of_one_renews_its_certificate_by_replacement_with_no_write_lost(simulation):
+    """A single voter's certificate is rotated too: its termination is held until the
+    replacement is a voter (the last-voter hold), whatever order the group takes."""
+    life = 120
+    sim = simulation(function_env={"MEMBER_CERT_SECS": str(life)})
+    sim.scale(1)
+    sim.wait_converged(1, label="bootstrap")
+    (original,) = {g["InstanceId"] for g in sim.group_instances()}
+    sim.start_writer()
+    wait_for("the only member replaced", 300, lambda: original not in {g["InstanceId"] for g in sim.group_instances()})
+    sim.wait_converged(1, label="rotated", timeout=120)
+    time.sleep(1)
+    sim.writer.stop()
+    lost = sim.writer.lost()
+    print(f"single-member rotation: {len(sim.writer.acked)} acknowledged writes, {len(lost)} lost")
+    assert not lost, lost[:10]
+    with open(f"{sim.workdir}/function.log") as f:
+        log = f.read()
+    assert "member certificate past two thirds of its life" in log
