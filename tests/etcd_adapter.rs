@@ -275,6 +275,57 @@ async fn a_member_the_function_cannot_reach_is_seen_connected_by_its_peers() {
     }
 }
 
+#[tokio::test]
+async fn survivors_are_asked_for_only_once_a_cluster_has_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = EtcdMembers::new(Duration::from_secs(2), None).unwrap();
+    // Three members serve; two stop: the one left answers only for itself (no leader).
+    let mut nodes: Vec<Etcd> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|n| Etcd::new(n, dir.path()))
+        .collect();
+    let initial: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("{}={}", n.name, n.peer_url))
+        .collect();
+    for n in nodes.iter_mut() {
+        n.start(&initial.join(","), "new");
+    }
+    let url = nodes[0].client_url.clone();
+    let v = eventually("the cluster to serve", 30, || async {
+        match etcd.observe(std::slice::from_ref(&url), None).await {
+            ClusterState::Known(v) if v.healthy.len() == 3 => Some(v),
+            _ => None,
+        }
+    })
+    .await;
+    nodes[1].kill();
+    nodes[2].kill();
+    // No record id (a bootstrap that never served): not asked.
+    eventually("the quorum lost", 30, || async {
+        match etcd.observe(std::slice::from_ref(&url), None).await {
+            ClusterState::Unreachable { survivors, .. } => {
+                assert!(survivors.is_empty(), "{survivors:?}");
+                Some(())
+            }
+            _ => None,
+        }
+    })
+    .await;
+    // The record's cluster: the survivor answers for itself.
+    match etcd
+        .observe(std::slice::from_ref(&url), Some(v.cluster_id))
+        .await
+    {
+        ClusterState::Unreachable { survivors, .. } => {
+            assert_eq!(survivors.len(), 1);
+            assert_eq!(survivors[0].name, "n1");
+        }
+        other => panic!("{other:?}"),
+    }
+    nodes[0].kill();
+}
+
 fn openssl(dir: &std::path::Path, args: &str) {
     let status = std::process::Command::new("openssl")
         .args(args.split_whitespace())

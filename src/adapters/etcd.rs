@@ -952,8 +952,11 @@ impl Members for EtcdMembers {
             }
         }
         *self.preferred.lock().unwrap() = None;
+        // Survivors matter only to a cluster that served (its record has an id): recovery, and
+        // the holds of voters whose disks may have its newest writes. Before that, two calls
+        // per endpoint on every observation of a bootstrap would buy nothing.
         let mut survivors = Vec::new();
-        for endpoint in endpoints {
+        for endpoint in endpoints.iter().filter(|_| cluster.is_some()) {
             if let Ok(Some(s)) = self.survivor(endpoint, cluster).await {
                 survivors.push(s);
             }
