@@ -32,6 +32,8 @@ Extra routes, for the simulation only (EventBridge does not exist here):
   GET /_sim/requests    drain the count of API calls made by the Rust SDK (the function), by action
   GET /_sim/health      drain the SetInstanceHealth calls so far (JSON list of
                         {"InstanceId", "HealthStatus", "ShouldRespectGracePeriod", "sdk", "error"})
+  GET /_sim/lapsed      drain the held actions whose heartbeat timeout passed (JSON list of
+                        {"InstanceId", "Hook", "Result"}: the hook's DefaultResult applied)
 
 Every request is served under one lock, so the timer thread and requests never interleave.
 S3's CompleteMultipartUpload answer gets S3's root element name (moto's differs; the Rust SDK
@@ -69,6 +71,8 @@ EVENTS: list[dict] = []
 TERMINATED: list[str] = []
 SDK_REQUESTS: Counter = Counter()
 HEALTH: list[dict] = []
+# Held actions whose heartbeat timeout passed (their hook's DefaultResult was applied).
+LAPSED: list[dict] = []
 # (group name, instance id) -> pending action
 ACTIONS: dict[tuple[str, str], "Action"] = {}
 
@@ -315,6 +319,8 @@ def _timeouts(stop: threading.Event):
         with LOCK:
             now = time.monotonic()
             for action in [a for a in ACTIONS.values() if a.deadline <= now]:
+                LAPSED.append({"InstanceId": action.state.instance.id, "Hook": action.hook.name,
+                               "Result": action.hook.default_result})
                 _conclude(action, action.hook.default_result)
 
 
@@ -331,7 +337,8 @@ def _count_sdk_request(environ):
     SDK_REQUESTS[action] += 1
 
 
-FEEDS = {"/_sim/events": lambda: EVENTS, "/_sim/terminated": lambda: TERMINATED, "/_sim/health": lambda: HEALTH}
+FEEDS = {"/_sim/events": lambda: EVENTS, "/_sim/terminated": lambda: TERMINATED, "/_sim/health": lambda: HEALTH,
+         "/_sim/lapsed": lambda: LAPSED}
 
 
 def app_with_lock(inner):

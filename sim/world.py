@@ -205,7 +205,7 @@ class Simulation:
                  function_env: dict | None = None, binary: str | None = None, workdir: str | None = None,
                  writer: bool = True, verbose: bool = False, crash_once_after: str | None = None,
                  hooks: tuple[str, str] = ("etcd-launch", "etcd-terminate"), etcd_bin: str | None = None,
-                 backups: bool = False, tls: bool | None = None):
+                 backups: bool = False, tls: bool | None = None, hook_timeout: int = 120):
         self.group = name
         # TLS=managed: the function's CA, members that demand client certificates; the simulation
         # talks to etcd with a certificate the operator CLI issues (default: SIM_TLS, else on).
@@ -217,6 +217,7 @@ class Simulation:
         # cluster to another version (default: sim.etcd.binary(), i.e. ETCD_VERSION).
         self.etcd_bin = etcd_bin or etcd.binary()
         self.hooks = hooks
+        self.hook_timeout = hook_timeout  # the hooks' HeartbeatTimeout, seconds
         self.chaos = chaos or Chaos()
         self.schedule_every = schedule_every
         self.binary = binary or default_binary()
@@ -394,10 +395,10 @@ class Simulation:
             MinSize=0, MaxSize=20, DesiredCapacity=0, AvailabilityZones=["us-east-1a"])
         self.asg.put_lifecycle_hook(AutoScalingGroupName=name, LifecycleHookName=self.hooks[0],
                                     LifecycleTransition="autoscaling:EC2_INSTANCE_LAUNCHING",
-                                    HeartbeatTimeout=120, DefaultResult="ABANDON")
+                                    HeartbeatTimeout=self.hook_timeout, DefaultResult="ABANDON")
         self.asg.put_lifecycle_hook(AutoScalingGroupName=name, LifecycleHookName=self.hooks[1],
                                     LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
-                                    HeartbeatTimeout=120, DefaultResult="CONTINUE")
+                                    HeartbeatTimeout=self.hook_timeout, DefaultResult="CONTINUE")
         if desired:
             self.scale(desired, group=name)
 

@@ -16,11 +16,25 @@ def _member_names(sim) -> set[str]:
 
 
 
-def test_a_termination_while_another_member_is_down_is_held_until_the_dead_member_is_replaced(simulation):
-    sim = simulation(function_env={"UNHEALTHY_REPLACE_SECS": "12"})
+@pytest.mark.parametrize("store", ["no backups", "the bucket deleted"])
+def test_a_termination_while_another_member_is_down_is_held_until_the_dead_member_is_replaced(
+        simulation, store):
+    # Hooks that lapse after 20 s without a heartbeat: a hold must keep beating, whatever fails.
+    if store == "no backups":
+        sim = simulation(function_env={"UNHEALTHY_REPLACE_SECS": "12"}, hook_timeout=20)
+    else:
+        sim = simulation(function_env={"UNHEALTHY_REPLACE_SECS": "30", "BACKUP_INTERVAL_MINUTES": "1"},
+                         backups=True, hook_timeout=20)
     sim.start_writer()
     sim.scale(3)
     sim.wait_converged(3, label="bootstrap")
+    if store == "the bucket deleted":
+        # The first backup is taken; then the bucket goes (a person, a policy): every later
+        # listing and snapshot fails while the termination is held.
+        wait_for("the first backup", 60, sim.backups)
+        for b in sim.s3.list_objects_v2(Bucket=sim.backup_bucket).get("Contents", []):
+            sim.s3.delete_object(Bucket=sim.backup_bucket, Key=b["Key"])
+        sim.s3.delete_bucket(Bucket=sim.backup_bucket)
     first, dead, leaving = sorted(i["InstanceId"] for i in sim.group_instances())
     # dead's etcd dies on an instance that stays in service; then leaving is scaled in.
     sim.kill_instance(dead)
@@ -46,6 +60,11 @@ def test_a_termination_while_another_member_is_down_is_held_until_the_dead_membe
     assert first in ids and dead not in ids and leaving not in ids, ids
     marked = [h["InstanceId"] for h in sim.drain("health")]
     assert dead in marked, marked
+    # No hook lapsed into its default result: the held termination was heartbeated throughout.
+    assert sim.drain("lapsed") == []
+    if store == "the bucket deleted":
+        with open(f"{sim.workdir}/function.log") as f:
+            assert "the backup store cannot be listed" in f.read()
     sim.writer.stop()
     assert sim.writer.lost() == []
     assert all(o == "ok" for o, _ in invocation_outcomes(sim)), [

@@ -33,6 +33,8 @@ def test_a_held_instance_gets_the_hooks_default_result_when_its_heartbeat_times_
     assert [i["LifecycleState"] for i in states] == ["Pending:Wait"]
     terminated = json.loads(urllib.request.urlopen(f"{moto}/_sim/terminated").read())
     assert terminated == [first["InstanceId"]]
+    lapsed = json.loads(urllib.request.urlopen(f"{moto}/_sim/lapsed").read())
+    assert lapsed == [{"InstanceId": first["InstanceId"], "Hook": "launch", "Result": "ABANDON"}]
     events = json.loads(urllib.request.urlopen(f"{moto}/_sim/events").read())
     launches = [e["detail"]["EC2InstanceId"] for e in events if "EC2InstanceId" in e["detail"]]
     assert launches == [first["InstanceId"], states[0]["InstanceId"]], "one event per held instance"
