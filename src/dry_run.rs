@@ -62,6 +62,7 @@ pub fn wrap<G, L, P, M, B>(r: Reconciler<G, L, P, M, B>) -> (Dry<G, L, P, M, B>,
             }),
             config: r.config,
             clock: r.clock,
+            backup_failed_at: Default::default(),
         },
         refused,
     )
@@ -340,6 +341,7 @@ mod tests {
             ca: None,
             config,
             clock: Arc::new(move || clock_world.world().now),
+            backup_failed_at: Default::default(),
         };
         let (dry, refused) = wrap(live);
         let schedule = serde_json::json!({"version": "0", "id": "2", "detail-type": "Scheduled Event",

@@ -157,7 +157,15 @@ pub struct Reconciler<G, L, P, M, B = NoBackups> {
     pub ca: Option<crate::pki::Ca>,
     pub config: Config,
     pub clock: Clock,
+    /// When a backup step last failed in this (warm) environment: backups wait
+    /// `BACKUP_RETRY_AFTER` after it, so that a snapshot that cannot finish in time, or a store
+    /// that fails, costs one invocation's attempt and not every invocation's membership work (a
+    /// removal that wants a fresh snapshot then goes without it).
+    pub backup_failed_at: std::sync::Mutex<Option<Instant>>,
 }
+
+/// How long backups wait after a backup step failed in this environment.
+const BACKUP_RETRY_AFTER: Duration = Duration::from_secs(120);
 
 impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backups>
     Reconciler<G, L, P, M, B>
@@ -292,6 +300,16 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             .collect();
         let expected = published.cluster.as_ref().and_then(|r| r.cluster_id);
         let cluster = meter.etcd(self.members.observe(&endpoints, expected)).await;
+        let failed_at = *self.backup_failed_at.lock().unwrap();
+        if let Some(at) = failed_at.filter(|at| at.elapsed() < BACKUP_RETRY_AFTER) {
+            if self.backups.is_some() && listed.is_none() {
+                *listed = Some(Err(format!(
+                    "a backup failed {} s ago in this environment; backups wait {} s after a failure",
+                    at.elapsed().as_secs(),
+                    BACKUP_RETRY_AFTER.as_secs()
+                )));
+            }
+        }
         if let (Some(b), None) = (&self.backups, listed.as_ref()) {
             *listed = Some(meter.aws(b.list()).await.map_err(|e| {
                 tracing::error!(error = ?e, "the backup store cannot be listed: going on without backups this invocation");
@@ -437,6 +455,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                     counts.count(format!("StepsApplied.{}", step.name()));
                     if matches!(step, Step::Backup { .. } | Step::Prune { .. }) {
                         listed = None;
+                        *self.backup_failed_at.lock().unwrap() = None;
                     }
                     // A defragmentation blocks its member while it runs: after a long one, give
                     // the clients a breather and leave the next member to a later invocation.
@@ -466,6 +485,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                         counts.count("BackupTimedOut");
                     }
                     listed = Some(Err(e.to_string()));
+                    *self.backup_failed_at.lock().unwrap() = Some(Instant::now());
                     last_applied = None;
                     // Counted here too: an invocation that ends on its budget right after a
                     // slow failing snapshot reports no later observation.

@@ -83,6 +83,7 @@ pub async fn connect(config: Config, aws: &aws_config::SdkConfig) -> Result<Live
         ca,
         config,
         clock,
+        backup_failed_at: Default::default(),
     })
 }
 

@@ -45,6 +45,7 @@ fn reconciler_with(world: &Fake, extra: &[(&str, &str)]) -> Tested {
         ca: None,
         config,
         clock: Arc::new(move || clock_world.world().now),
+        backup_failed_at: Default::default(),
     }
 }
 
@@ -916,9 +917,38 @@ async fn a_snapshot_that_cannot_finish_stops_in_time_and_the_removal_goes_on() {
         matches!((aborted, removed), (Some(a), Some(m)) if a < m),
         "the upload aborted, then the member removed in the same invocation: {calls:#?}"
     );
-    let w = world.world();
-    assert_eq!(w.bucket.len(), 1, "nothing half-stored");
-    assert!(w.members.iter().all(|m| m.name != "i-00000003"));
+    {
+        let w = world.world();
+        assert_eq!(w.bucket.len(), 1, "nothing half-stored");
+        assert!(w.members.iter().all(|m| m.name != "i-00000003"));
+    }
+    // The next invocations do not try again at once: one with no time to spare for a snapshot
+    // (its deadline already within the margin) removes the next leaving member straight away.
+    world.start_terminating("i-00000002");
+    world.launch(4);
+    let snapshots = |w: &Fake| {
+        w.calls()
+            .iter()
+            .filter(|c| c.starts_with("snapshot"))
+            .count()
+    };
+    let before = snapshots(&world);
+    let event = lifecycle_event("terminate", "i-00000002");
+    let resp = r.handle(&event, Instant::now()).await.unwrap();
+    let Response::Reconciled { metrics, .. } = &resp else {
+        panic!("{resp:?}")
+    };
+    assert_eq!(snapshots(&world), before, "no second attempt so soon");
+    assert_eq!(
+        metrics.get("BackupFailed"),
+        Some(1),
+        "still reported failing"
+    );
+    assert!(
+        world.world().members.iter().all(|m| m.name != "i-00000002"),
+        "{:#?}",
+        world.calls()
+    );
 }
 
 #[tokio::test]

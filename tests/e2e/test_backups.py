@@ -191,3 +191,37 @@ def test_a_majority_lost_for_good_comes_back_from_the_survivors_newer_data(simul
     with open(f"{sim.workdir}/function.log") as f:
         log = f.read()
     assert "survived a restore" in log and f'"reason":"Survivor"' in log and restored in log
+
+
+def test_a_snapshot_that_cannot_finish_in_time_is_cut_off_and_membership_goes_on(simulation):
+    # Every invocation's time is all deadline margin: a snapshot gets none of it (the path of a
+    # database too large for the function's share of a CPU), while each invocation still applies
+    # one membership step.
+    sim = simulation(backups=True, writer=False,
+                     function_env={"BACKUP_INTERVAL_MINUTES": "1", "DEADLINE_MARGIN_MS": "60000"})
+    sim.scale(3)
+    sim.wait_converged(3, label="bootstrap", timeout=240)
+    # Megabytes to stream: more than one read of the snapshot.
+    url = sim.running_client_urls()[0]
+    for n in range(16):
+        etcd.put(url, f"/big/{n:02d}", "z" * (256 * 1024), timeout=5)
+
+    def log():
+        with open(f"{sim.workdir}/function.log") as f:
+            return f.read()
+
+    wait_for("a snapshot cut off at its deadline", 60,
+             lambda: "stopped before the invocation's deadline" in log())
+    # A removal that wants a fresh snapshot goes on without it.
+    leaving = sorted(i["InstanceId"] for i in sim.group_instances())[0]
+    sim.terminate(leaving, decrement=True)
+    sim.wait_converged(2, label="scale-in without the snapshot", timeout=180)
+    text = log()
+    assert "backup upload aborted: nothing stored" in text
+    emf = [json.loads(line) for line in text.splitlines() if '"_aws"' in line]
+    assert any(m.get("BackupTimedOut") == 1 and m.get("BackupFailed") == 1 for m in emf)
+    # Nothing half-stored: no multipart upload left open, no snapshot without its manifest (a
+    # snapshot small enough to arrive before its first read could wait may still complete).
+    assert sim.s3.list_multipart_uploads(Bucket=sim.backup_bucket).get("Uploads", []) == []
+    keys = {o["Key"] for o in sim.s3.list_objects_v2(Bucket=sim.backup_bucket).get("Contents", [])}
+    assert not [k for k in keys if k.endswith(".db") and f"{k}.json" not in keys], keys
