@@ -67,13 +67,13 @@ $(ADAPTER_RUNS): adapters-%: deps
 
 e2e: $(E2E_RUNS) e2e-upgrade
 
-# E2E_WORKERS files at a time (pytest-xdist; --dist loadfile keeps a file's tests, and the demo
-# steps' shared simulation, on one worker). Each simulation has loopback addresses, ports and an
-# emulator of its own. 1 runs them one by one.
+# E2E_WORKERS tests at a time (pytest-xdist; --dist loadgroup keeps the demo steps, which share
+# one simulation, on one worker). Each simulation has loopback addresses, ports and an emulator
+# of its own. 1 runs them one by one.
 E2E_WORKERS       ?= 2
 $(E2E_RUNS): e2e-%: deps build
 	@echo "end-to-end tests on etcd $*"
-	ETCD_VERSION=$* $(VENV)/bin/python -m pytest -q -n $(E2E_WORKERS) --dist loadfile tests/e2e --ignore=tests/e2e/test_upgrade.py
+	ETCD_VERSION=$* $(VENV)/bin/python -m pytest -q -n $(E2E_WORKERS) --dist loadgroup tests/e2e --ignore=tests/e2e/test_upgrade.py
 
 ## e2e-upgrade: a 3.4 cluster replaced member by member with 3.5 (once, whatever ETCD_VERSIONS)
 e2e-upgrade: deps build
