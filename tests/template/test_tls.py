@@ -364,8 +364,10 @@ def test_members_take_clients_peers_and_metrics_only_from_whom_they_should(templ
     assert sources(rules, 2379) == {("cidr", "ClientCidr"), ("sg", "FunctionSecurityGroup"),
                                     ("sg", "LoadBalancerSecurityGroup"), ("sg", "MemberSecurityGroup")}
     assert sources(rules, 2380) == {("sg", "MemberSecurityGroup")}, "peers only"
-    # Plain HTTP /health and /metrics: the load balancer's health checks and the members.
-    assert sources(rules, 2381) == {("sg", "LoadBalancerSecurityGroup"), ("sg", "MemberSecurityGroup")}
+    # Plain HTTP /health and /metrics: the load balancer's health checks, the members, and the
+    # function (the peers' view of a member it cannot reach).
+    assert sources(rules, 2381) == {("sg", "LoadBalancerSecurityGroup"), ("sg", "MemberSecurityGroup"),
+                                    ("sg", "FunctionSecurityGroup")}
     (lb,) = ingress(template, "LoadBalancerSecurityGroup")
     assert (lb["IpProtocol"], lb["FromPort"], lb["ToPort"], source(lb)) == ("tcp", 2379, 2379, ("cidr", "ClientCidr"))
 
