@@ -518,14 +518,17 @@ class Simulation:
     # --- observation and checks ---------------------------------------------------------------
 
     def member_list(self) -> tuple[int, list[dict]] | None:
-        for url in self.running_client_urls():
-            try:
-                cid, members = etcd.members(url, timeout=1.0)
-                if any(m.get("isLearner") and url in m.get("clientURLs", []) for m in members):
+        # A second pass with more patience: on a loaded machine (end-to-end tests side by side)
+        # one second can pass before a member answers, which is not a problem of the cluster.
+        for timeout in (1.0, 3.0):
+            for url in self.running_client_urls():
+                try:
+                    cid, members = etcd.members(url, timeout=timeout)
+                    if any(m.get("isLearner") and url in m.get("clientURLs", []) for m in members):
+                        continue
+                    return cid, members
+                except etcd.EtcdError:
                     continue
-                return cid, members
-            except etcd.EtcdError:
-                continue
         return None
 
     def cluster_version(self) -> str | None:
