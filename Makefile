@@ -67,13 +67,15 @@ $(ADAPTER_RUNS): adapters-%: deps
 
 e2e: $(E2E_RUNS) e2e-upgrade
 
-# E2E_WORKERS tests at a time (pytest-xdist; --dist loadgroup keeps the demo steps, which share
-# one simulation, on one worker). Each simulation has loopback addresses, ports and an emulator
-# of its own. 1 runs them one by one.
+# E2E_WORKERS files at a time (pytest-xdist, --dist loadfile: a file's tests run one after the
+# other on one worker). Each simulation has loopback addresses, ports and an emulator of its
+# own, but a worker's process holds one simulation's TLS credentials at a time (sim/etcd.py's
+# use_tls), so the demo steps' module-long simulation must not be interleaved with other files'
+# (--dist loadgroup did, and its writer lost its credentials). 1 runs them one by one.
 E2E_WORKERS       ?= 2
 $(E2E_RUNS): e2e-%: deps build
 	@echo "end-to-end tests on etcd $*"
-	ETCD_VERSION=$* $(VENV)/bin/python -m pytest -q -n $(E2E_WORKERS) --dist loadgroup tests/e2e --ignore=tests/e2e/test_upgrade.py
+	ETCD_VERSION=$* $(VENV)/bin/python -m pytest -q -n $(E2E_WORKERS) --dist loadfile tests/e2e --ignore=tests/e2e/test_upgrade.py
 
 ## e2e-upgrade: a 3.4 cluster replaced member by member with 3.5 (once, whatever ETCD_VERSIONS)
 e2e-upgrade: deps build

@@ -10,10 +10,6 @@ import pytest
 from sim import scenario
 from sim.world import Simulation
 
-# One simulation for the whole module, its steps in order: one pytest-xdist worker for all of
-# them (the Makefile runs --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("demo-steps")
-
 
 @pytest.fixture(scope="module")
 def sim():
