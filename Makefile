@@ -48,9 +48,12 @@ replay: deps build
 ## (both once per version of ETCD_VERSIONS, plus the rolling upgrade 3.4 -> 3.5), template
 test: deps check unit adapters e2e template-check
 
+# The house check: no import circle among src/'s files, no function over 80 lines without a
+# reason (tools/house.py); the floors: `python3 tools/house.py --floors`.
 check:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
+	$(PYTHON) tools/house.py
 
 unit:
 	$(CARGO) test --locked --lib

@@ -7,12 +7,12 @@ use std::sync::{Arc, Mutex};
 use crate::error::Error;
 use crate::model::{
     ActionResult, Alarm, Backup, BackupRef, ClusterRecord, ClusterState, GroupState, MemberConfig,
-    MemberId, PublishedState, Timestamp, Transition,
+    MemberId, PublishedState, SnapshotFacts, Timestamp, Transition,
 };
 use crate::pki::{Ca, KeyPem};
 use crate::ports::{
     Backups, Compacted, Completion, Created, Group, Lifecycle, Members, PrefixGrant,
-    PublishedConfig, Secrets, Snapshot, SnapshotFacts,
+    PublishedConfig, Secrets, Snapshot,
 };
 use crate::reconciler::Reconciler;
 

@@ -121,7 +121,41 @@ pub enum Error {
     OutOfTime { what: &'static str, detail: String },
 }
 
+/// What an error means for the step that met it. Decided here alone: the reconciler only acts on
+/// the class.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Class {
+    /// etcd's refusals that only mean "not yet": a learner catching up, etcd's 5 s connectivity
+    /// rule after a membership change or a member down, the one learner slot taken, an election
+    /// under way, too few started members, a peer URL still held by a member about to be
+    /// removed. A wait, never a failure.
+    NotYet,
+    /// etcd's answers that the step has nothing left to do: "member not found" (removed
+    /// already, by an earlier try or a replayed event), "can only promote a learner member" (a
+    /// voter already). The next observation decides what follows.
+    AlreadyDone,
+    /// Anything else a later try may cure (AWS or etcd not answering, throttling).
+    Retryable,
+    Fatal,
+}
+
 impl Error {
+    pub fn class(&self) -> Class {
+        match self.refusal() {
+            Some(Refusal::MemberNotFound | Refusal::NotALearner) => Class::AlreadyDone,
+            Some(
+                Refusal::LearnerNotInSync
+                | Refusal::UnhealthyCluster
+                | Refusal::TooManyLearners
+                | Refusal::NoLeader
+                | Refusal::NotEnoughStartedMembers
+                | Refusal::PeerUrlExists,
+            ) => Class::NotYet,
+            _ if self.is_retryable() => Class::Retryable,
+            _ => Class::Fatal,
+        }
+    }
+
     /// Whether a later invocation may succeed where this one failed.
     pub fn is_retryable(&self) -> bool {
         match self {
@@ -148,21 +182,24 @@ impl Error {
     pub fn kind(&self) -> String {
         let what = match self {
             Self::Config { .. } => "Config",
-            Self::Aws { operation, .. } => return format!("{}.Aws.{operation}", self.class()),
+            Self::Aws { operation, .. } => {
+                return format!("{}.Aws.{operation}", self.retry_class())
+            }
             Self::GroupNotFound(_) => "GroupNotFound",
             Self::BadParameter { .. } => "BadParameter",
             Self::EtcdUnavailable { .. } => "EtcdUnavailable",
             Self::EtcdRefused { refusal, .. } => {
-                return format!("{}.EtcdRefused.{refusal:?}", self.class())
+                return format!("{}.EtcdRefused.{refusal:?}", self.retry_class())
             }
             Self::EtcdProtocol { .. } => "EtcdProtocol",
             Self::Pki { .. } => "Pki",
             Self::OutOfTime { .. } => "OutOfTime",
         };
-        format!("{}.{what}", self.class())
+        format!("{}.{what}", self.retry_class())
     }
 
-    fn class(&self) -> &'static str {
+    /// `Retryable` or `Fatal`: the first part of `kind`.
+    fn retry_class(&self) -> &'static str {
         if self.is_retryable() {
             "Retryable"
         } else {
@@ -228,6 +265,22 @@ mod tests {
         for (msg, want) in cases {
             assert_eq!(Refusal::from_message(msg), want, "{msg}");
         }
+    }
+
+    #[test]
+    fn errors_classify_themselves() {
+        let refused = |refusal| Error::EtcdRefused {
+            operation: "member remove",
+            refusal,
+            message: String::new(),
+        };
+        assert_eq!(refused(Refusal::MemberNotFound).class(), Class::AlreadyDone);
+        assert_eq!(refused(Refusal::NotALearner).class(), Class::AlreadyDone);
+        assert_eq!(refused(Refusal::UnhealthyCluster).class(), Class::NotYet);
+        assert_eq!(refused(Refusal::PeerUrlExists).class(), Class::NotYet);
+        assert_eq!(refused(Refusal::Other).class(), Class::Retryable);
+        assert_eq!(refused(Refusal::InvalidPeerUrls).class(), Class::Fatal);
+        assert_eq!(Error::GroupNotFound("x".into()).class(), Class::Fatal);
     }
 
     #[test]

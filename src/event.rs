@@ -152,34 +152,7 @@ fn lifecycle(
     {
         return Ok(Trigger::TestNotification);
     }
-    let group = d.auto_scaling_group_name.unwrap_or_default();
-    if group != expected.group {
-        return Err(reject(
-            "AutoScalingGroupName",
-            &group,
-            format!("is not this function's group {:?}", expected.group),
-        ));
-    }
-    let hook = d.lifecycle_hook_name.unwrap_or_default();
-    if !expected.hooks.contains(&hook.as_str()) {
-        return Err(reject(
-            "LifecycleHookName",
-            &hook,
-            format!("is not one of this function's hooks {:?}", expected.hooks),
-        ));
-    }
-    let want = match transition {
-        Transition::Launch => "autoscaling:EC2_INSTANCE_LAUNCHING",
-        Transition::Terminate => "autoscaling:EC2_INSTANCE_TERMINATING",
-    };
-    let got = d.lifecycle_transition.unwrap_or_default();
-    if got != want {
-        return Err(reject(
-            "LifecycleTransition",
-            &got,
-            format!("does not match the detail-type (expected {want})"),
-        ));
-    }
+    ours(&d, transition, expected)?;
     let Some(instance) = d.ec2_instance_id else {
         return Err(reject("EC2InstanceId", "", "is missing"));
     };
@@ -190,19 +163,7 @@ fn lifecycle(
             "is not an instance id ('i-' and 8 or 17 hex digits)",
         ));
     }
-    let Some(token) = d.lifecycle_action_token else {
-        return Err(reject("LifecycleActionToken", "", "is missing"));
-    };
-    if token.is_empty()
-        || token.len() > 64
-        || !token.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-    {
-        return Err(reject(
-            "LifecycleActionToken",
-            &token,
-            "is not a lifecycle action token (1-64 letters, digits, '-')",
-        ));
-    }
+    let token = action_token(d.lifecycle_action_token)?;
     // A launch bound for the warm pool, or a termination out of it: not a member's arrival or
     // departure. (Leaving the group *for* the pool is a departure: its etcd stops.)
     let warm_pool = match transition {
@@ -217,6 +178,61 @@ fn lifecycle(
         token,
         warm_pool,
     })
+}
+
+/// The event is for this function's group and one of its hooks, and its transition is the one
+/// its detail-type names.
+fn ours(
+    d: &LifecycleDetail,
+    transition: Transition,
+    expected: &Expected<'_>,
+) -> Result<(), Rejection> {
+    let group = d.auto_scaling_group_name.as_deref().unwrap_or_default();
+    if group != expected.group {
+        return Err(reject(
+            "AutoScalingGroupName",
+            group,
+            format!("is not this function's group {:?}", expected.group),
+        ));
+    }
+    let hook = d.lifecycle_hook_name.as_deref().unwrap_or_default();
+    if !expected.hooks.contains(&hook) {
+        return Err(reject(
+            "LifecycleHookName",
+            hook,
+            format!("is not one of this function's hooks {:?}", expected.hooks),
+        ));
+    }
+    let want = match transition {
+        Transition::Launch => "autoscaling:EC2_INSTANCE_LAUNCHING",
+        Transition::Terminate => "autoscaling:EC2_INSTANCE_TERMINATING",
+    };
+    let got = d.lifecycle_transition.as_deref().unwrap_or_default();
+    if got != want {
+        return Err(reject(
+            "LifecycleTransition",
+            got,
+            format!("does not match the detail-type (expected {want})"),
+        ));
+    }
+    Ok(())
+}
+
+fn action_token(token: Option<String>) -> Result<String, Rejection> {
+    let Some(token) = token else {
+        return Err(reject("LifecycleActionToken", "", "is missing"));
+    };
+    if token.is_empty()
+        || token.len() > 64
+        || !token.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    {
+        return Err(reject(
+            "LifecycleActionToken",
+            &token,
+            "is not a lifecycle action token (1-64 letters, digits, '-')",
+        ));
+    }
+    Ok(token)
 }
 
 pub fn is_instance_id(s: &str) -> bool {

@@ -4,19 +4,18 @@
 //! [`planner`] for the next safe step and applies it, until nothing is left to do.
 
 pub mod adapters;
-pub mod backup;
 pub mod cli;
 pub mod config;
 pub mod dry_run;
 pub mod error;
 pub mod event;
-pub mod maintenance;
 pub mod metrics;
 pub mod model;
 pub mod pki;
 pub mod planner;
 pub mod ports;
 pub mod reconciler;
+pub mod snapshot;
 
 #[cfg(test)]
 mod fake;

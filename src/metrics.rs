@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
+use crate::model::quorum;
 use crate::model::{ClusterState, LifecycleState, Observation};
-use crate::planner::{quorum, Wait};
+use crate::planner::Wait;
 
 pub const NAMESPACE: &str = "EtcdAsgLifecycle";
 
@@ -41,46 +42,11 @@ impl Metrics {
     /// The cluster's state as this observation shows it, and the waits the plan reported.
     pub fn observed(obs: &Observation, waits: &[Wait]) -> Self {
         let mut m = Self::default();
-        let held: Vec<_> = obs
-            .instances
-            .iter()
-            .filter(|i| {
-                matches!(
-                    i.state,
-                    LifecycleState::PendingWait | LifecycleState::TerminatingWait
-                )
-            })
-            .collect();
-        m.set("InstancesHeld", held.len() as i64, "Count");
+        m.holds(obs, waits);
         if obs.backups_failing.is_some() {
             // Once per invocation: its listing, a snapshot or an upload failed (BackupFailingAlarm).
             m.set("BackupFailed", 1, "Count");
         }
-        let oldest_launch = held
-            .iter()
-            .filter(|i| i.state == LifecycleState::PendingWait)
-            .map(|i| obs.now - i.launched_at)
-            .max()
-            .unwrap_or(0);
-        m.set("OldestLaunchHoldSeconds", oldest_launch.max(0), "Seconds");
-        let terminating = held
-            .iter()
-            .filter(|i| i.state == LifecycleState::TerminatingWait)
-            .count();
-        m.set("TerminationsHeld", terminating as i64, "Count");
-        let guarded = waits
-            .iter()
-            .filter(|w| {
-                matches!(
-                    w,
-                    Wait::QuorumGuard {
-                        instance: Some(_),
-                        ..
-                    }
-                )
-            })
-            .count();
-        m.set("HeldForQuorum", guarded as i64, "Count");
         // TLS=managed: the member certificate that ends first, of the instances still in the
         // group (rotation replaces it at a third of its life; MemberCertExpiringAlarm: starved).
         let first_end = obs
@@ -97,8 +63,6 @@ impl Metrics {
                 "Count",
             );
         }
-        let unreachable_holds = crate::planner::held_while_unreachable(obs).len();
-        m.set("HeldWhileUnreachable", unreachable_holds as i64, "Count");
         // Voters down for the function alone (their peers connected to them): never replaced
         // on that view (MemberUnreachableFromFunctionAlarm).
         let cut_off = waits
@@ -111,19 +75,67 @@ impl Metrics {
             .any(|w| matches!(w, Wait::LiveDataOverQuota { .. }));
         m.set("LiveDataOverQuota", i64::from(over), "Count");
         if let Some(record) = &obs.published.cluster {
-            if let Some(b) = crate::backup::latest(&obs.backups, &record.token) {
+            if let Some(b) = crate::planner::backup::latest(&obs.backups, &record.token) {
                 m.set("SecondsSinceLastBackup", obs.now - b.taken_at, "Seconds");
             }
         }
+        m.cluster(obs);
+        m
+    }
+
+    /// Instances held in their hooks: how many, how long the oldest launch, and why.
+    fn holds(&mut self, obs: &Observation, waits: &[Wait]) {
+        let held: Vec<_> = obs
+            .instances
+            .iter()
+            .filter(|i| {
+                matches!(
+                    i.state,
+                    LifecycleState::PendingWait | LifecycleState::TerminatingWait
+                )
+            })
+            .collect();
+        self.set("InstancesHeld", held.len() as i64, "Count");
+        let oldest_launch = held
+            .iter()
+            .filter(|i| i.state == LifecycleState::PendingWait)
+            .map(|i| obs.now - i.launched_at)
+            .max()
+            .unwrap_or(0);
+        self.set("OldestLaunchHoldSeconds", oldest_launch.max(0), "Seconds");
+        let terminating = held
+            .iter()
+            .filter(|i| i.state == LifecycleState::TerminatingWait)
+            .count();
+        self.set("TerminationsHeld", terminating as i64, "Count");
+        let guarded = waits
+            .iter()
+            .filter(|w| {
+                matches!(
+                    w,
+                    Wait::QuorumGuard {
+                        instance: Some(_),
+                        ..
+                    }
+                )
+            })
+            .count();
+        self.set("HeldForQuorum", guarded as i64, "Count");
+        let unreachable_holds = crate::planner::held_while_unreachable(obs).len();
+        self.set("HeldWhileUnreachable", unreachable_holds as i64, "Count");
+    }
+
+    /// Members, the quorum's margin, database sizes, the space alarm.
+    fn cluster(&mut self, obs: &Observation) {
         match &obs.cluster {
             ClusterState::Known(v) => {
                 let voters = v.voters().count();
                 let healthy = v.voters().filter(|m| v.healthy.contains(&m.id)).count();
-                m.set("Members", v.members.len() as i64, "Count");
-                m.set("Voters", voters as i64, "Count");
-                m.set("Learners", v.learners().count() as i64, "Count");
-                m.set("HealthyVoters", healthy as i64, "Count");
-                m.set(
+                self.set("Members", v.members.len() as i64, "Count");
+                self.set("Voters", voters as i64, "Count");
+                self.set("Learners", v.learners().count() as i64, "Count");
+                self.set("HealthyVoters", healthy as i64, "Count");
+                self.set(
                     "QuorumMargin",
                     healthy as i64 - quorum(voters) as i64,
                     "Count",
@@ -131,23 +143,18 @@ impl Metrics {
                 let max = |f: fn(&crate::model::MemberStatus) -> u64| {
                     v.statuses.values().map(f).max().unwrap_or(0) as i64
                 };
-                m.set("DbSizeBytes", max(|s| s.db_size), "Bytes");
-                m.set("DbSizeInUseBytes", max(|s| s.db_size_in_use), "Bytes");
-                m.set(
-                    "NospaceAlarm",
-                    i64::from(crate::maintenance::nospace(v)),
-                    "Count",
-                );
+                self.set("DbSizeBytes", max(|s| s.db_size), "Bytes");
+                self.set("DbSizeInUseBytes", max(|s| s.db_size_in_use), "Bytes");
+                self.set("NospaceAlarm", i64::from(v.nospace()), "Count");
             }
             // A cluster that once served and now answers for nothing has no margin at all.
             ClusterState::Unreachable { .. } if obs.published.cluster.is_some() => {
-                m.set("Members", 0, "Count");
-                m.set("HealthyVoters", 0, "Count");
-                m.set("QuorumMargin", -1, "Count");
+                self.set("Members", 0, "Count");
+                self.set("HealthyVoters", 0, "Count");
+                self.set("QuorumMargin", -1, "Count");
             }
             ClusterState::Unreachable { .. } => {}
         }
-        m
     }
 
     /// The EMF line: `_aws` metadata naming every metric, the dimension, and the values.

@@ -231,7 +231,20 @@ pub struct Alarm {
     pub kind: String,
 }
 
+/// The smallest number of voters that is a majority of `n`.
+pub fn quorum(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// etcd's alarm that the backend quota is full: writes stop until it is disarmed.
+pub const NOSPACE: &str = "NOSPACE";
+
 impl ClusterView {
+    /// Whether the cluster has raised the space alarm.
+    pub fn nospace(&self) -> bool {
+        self.alarms.iter().any(|a| a.kind == NOSPACE)
+    }
+
     pub fn member(&self, id: MemberId) -> Option<&Member> {
         self.members.iter().find(|m| m.id == id)
     }
@@ -289,6 +302,19 @@ pub struct BackupRef {
     pub key: String,
     pub url: String,
     pub sha256: String,
+}
+
+/// What a backup records besides its bytes.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct SnapshotFacts {
+    /// The cluster token of the generation it is taken from.
+    pub token: String,
+    pub revision: i64,
+    pub cluster_id: u64,
+    /// The member (hex id) it streamed from, and its etcd version.
+    pub member: String,
+    pub etcd_version: String,
+    pub taken_at: Timestamp,
 }
 
 /// A complete backup (its manifest exists), as the bucket listing tells it.

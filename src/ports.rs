@@ -7,7 +7,7 @@ use std::pin::Pin;
 use crate::error::Error;
 use crate::model::{
     ActionResult, Alarm, Backup, BackupRef, ClusterRecord, ClusterState, GroupState, MemberConfig,
-    MemberId, PublishedState, Timestamp, Transition,
+    MemberId, PublishedState, SnapshotFacts, Timestamp, Transition,
 };
 use crate::pki::{Ca, KeyPem};
 
@@ -223,19 +223,6 @@ pub trait SnapshotStream: Send {
 }
 
 pub type Snapshot = Box<dyn SnapshotStream>;
-
-/// What a backup records besides its bytes.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct SnapshotFacts {
-    /// The cluster token of the generation it is taken from.
-    pub token: String,
-    pub revision: i64,
-    pub cluster_id: u64,
-    /// The member (hex id) it streamed from, and its etcd version.
-    pub member: String,
-    pub etcd_version: String,
-    pub taken_at: Timestamp,
-}
 
 /// The object store the snapshots go to.
 pub trait Backups: Send + Sync {

@@ -12,7 +12,8 @@ use aws_sdk_autoscaling::config::Credentials;
 use etcd_asg_lifecycle::adapters::etcd::EtcdMembers;
 use etcd_asg_lifecycle::adapters::s3::S3Backups;
 use etcd_asg_lifecycle::adapters::s3_client;
-use etcd_asg_lifecycle::ports::{Backups, Members, SnapshotFacts};
+use etcd_asg_lifecycle::model::SnapshotFacts;
+use etcd_asg_lifecycle::ports::{Backups, Members};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 

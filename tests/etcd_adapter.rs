@@ -556,7 +556,7 @@ fn now() -> i64 {
 
 #[tokio::test]
 async fn mutual_tls_with_the_certificates_the_function_issues() {
-    use etcd_asg_lifecycle::adapters::own_identity;
+    use etcd_asg_lifecycle::adapters::etcd::own_identity;
     use etcd_asg_lifecycle::pki::Ca;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -669,7 +669,7 @@ fn etcdctl(
 /// prefix only, and is refused on every membership, snapshot, defragment and user call.
 #[tokio::test]
 async fn authentication_root_tokens_and_a_prefix_limited_client() {
-    use etcd_asg_lifecycle::adapters::own_identity;
+    use etcd_asg_lifecycle::adapters::etcd::own_identity;
     use etcd_asg_lifecycle::pki::Ca;
     use etcd_asg_lifecycle::ports::PrefixGrant;
     let dir = tempfile::tempdir().unwrap();
@@ -868,7 +868,7 @@ async fn a_member_of_a_bundle_before_the_token_key_takes_the_ca_signed_tokens() 
 /// fresh one at half its life instead of losing etcd.
 #[tokio::test]
 async fn the_functions_certificate_is_issued_again_before_it_ends() {
-    use etcd_asg_lifecycle::adapters::own_identity;
+    use etcd_asg_lifecycle::adapters::etcd::own_identity;
     use etcd_asg_lifecycle::pki::Ca;
     let dir = tempfile::tempdir().unwrap();
     let now = now();

@@ -6,7 +6,7 @@ use aws_sdk_autoscaling::config::http::HttpResponse;
 use aws_sdk_autoscaling::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_autoscaling::types::LifecycleState as AwsLifecycleState;
 
-use super::aws;
+use super::sdk::aws;
 use crate::config::AddressSource;
 use crate::error::Error;
 use crate::event::shown;

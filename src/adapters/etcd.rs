@@ -335,7 +335,7 @@ impl EtcdMembers {
         ca: &crate::pki::Ca,
         issued: i64,
     ) -> Result<Self, Error> {
-        let identity = super::own_identity(ca, issued)?;
+        let identity = own_identity(ca, issued)?;
         let mut members = Self::new(timeout, Some(&identity))?.with_root(ca.root_tokens()?);
         let due = issued + crate::pki::FUNCTION_CERT_SECS / 2;
         members.renewal = Some((ca.clone(), Mutex::new(due)));
@@ -348,7 +348,7 @@ impl EtcdMembers {
             let now = unix_now();
             let mut due = due.lock().unwrap();
             if now >= *due {
-                let identity = super::own_identity(ca, now)?;
+                let identity = own_identity(ca, now)?;
                 *self.client.lock().unwrap() = Self::build(self.timeout, Some(&identity))?;
                 *due = now + crate::pki::FUNCTION_CERT_SECS / 2;
                 tracing::debug!(
@@ -567,6 +567,72 @@ impl EtcdMembers {
     /// The member list as one member sees it, believed only from a voter in its own list, of the
     /// expected cluster, that knows a leader.
     async fn view(&self, endpoint: &str, cluster: Option<u64>) -> Result<ClusterView, Error> {
+        let list = self.trusted_list(endpoint, cluster).await?;
+        let members: Vec<Member> = list.members.into_iter().map(Member::from).collect();
+        let probed = self.probe(&members).await?;
+        // No `leader` in the answer means there is none: a member without a leader may hold an
+        // old list (partitioned, or the quorum is lost), so its list is not believed.
+        let leader = probed
+            .statuses
+            .get(&MemberId(list.header.member_id))
+            .map(|s| s.1)
+            .filter(|&l| l != 0)
+            .map(MemberId)
+            .ok_or_else(|| Error::EtcdRefused {
+                operation: "member list",
+                refusal: Refusal::NoLeader,
+                message: "the answering member knows no leader".into(),
+            })?;
+        let healthy: std::collections::BTreeSet<MemberId> =
+            probed.statuses.keys().copied().collect();
+        let statuses: std::collections::BTreeMap<MemberId, MemberStatus> = probed
+            .statuses
+            .into_iter()
+            .map(|(id, (s, _))| (id, s))
+            .collect();
+        let down: Vec<MemberId> = members
+            .iter()
+            .filter(|m| m.is_started() && !healthy.contains(&m.id))
+            .map(|m| m.id)
+            .collect();
+        let peer_connected = if down.is_empty() {
+            Default::default()
+        } else {
+            self.peer_view(&members, &healthy, &down).await
+        };
+        let alarms = self.alarms(endpoint).await?;
+        let history_compacted = if alarms.iter().any(|a| a.kind == crate::model::NOSPACE) {
+            let revision = statuses.values().map(|s| s.revision).max().unwrap_or(0);
+            self.compacted_up_to(endpoint, revision).await?
+        } else {
+            false
+        };
+        let auth_enabled = match self.root {
+            Some(_) => self.auth_enabled(endpoint).await?,
+            None => false,
+        };
+        Ok(ClusterView {
+            cluster_id: list.header.cluster_id,
+            members,
+            statuses,
+            alarms,
+            history_compacted,
+            auth_enabled,
+            peer_connected,
+            leader: Some(leader),
+            healthy,
+            endpoint: endpoint.to_string(),
+        })
+    }
+
+    /// The member list, only from a member of the expected cluster that is a voter in its own
+    /// list (a learner cannot take membership calls; a member missing from its own list was
+    /// removed).
+    async fn trusted_list(
+        &self,
+        endpoint: &str,
+        cluster: Option<u64>,
+    ) -> Result<ListResponse, Error> {
         let list = self.list(endpoint).await?;
         let untrusted = |refusal, message: String| Error::EtcdRefused {
             operation: "member list",
@@ -583,27 +649,24 @@ impl EtcdMembers {
             ));
         }
         match list.members.iter().find(|m| m.id == list.header.member_id) {
-            // Learners cannot take membership calls: look for a voter.
-            Some(m) if m.is_learner => {
-                return Err(untrusted(
-                    Refusal::NotSupportedForLearner,
-                    "answered by a learner".into(),
-                ))
-            }
-            Some(_) => {}
-            None => {
-                return Err(untrusted(
-                    Refusal::Other,
-                    format!(
-                        "answered by member {:x}, which is not in its own list (removed)",
-                        list.header.member_id
-                    ),
-                ))
-            }
+            Some(m) if m.is_learner => Err(untrusted(
+                Refusal::NotSupportedForLearner,
+                "answered by a learner".into(),
+            )),
+            Some(_) => Ok(list),
+            None => Err(untrusted(
+                Refusal::Other,
+                format!(
+                    "answered by member {:x}, which is not in its own list (removed)",
+                    list.header.member_id
+                ),
+            )),
         }
-        let members: Vec<Member> = list.members.into_iter().map(Member::from).collect();
-        // One status call per started member: it says whether the member answers, and the
-        // answering member's own status names the leader.
+    }
+
+    /// One status call per started member, at once: whether it answers (itself, not another
+    /// etcd at a reused address), its own status, and the leader it knows.
+    async fn probe(&self, members: &[Member]) -> Result<Probed, Error> {
         let mut probes = JoinSet::new();
         for m in members.iter().filter(|m| m.is_started()) {
             let id = m.id;
@@ -637,38 +700,18 @@ impl EtcdMembers {
                 None
             });
         }
-        let mut healthy = std::collections::BTreeSet::new();
         let mut statuses = std::collections::BTreeMap::new();
-        let mut leader = None;
         while let Some(probe) = probes.join_next().await {
             if let Ok(Some((id, status, url, tried))) = probe {
                 self.took(&url, tried);
-                healthy.insert(id);
-                statuses.insert(id, MemberStatus::from(&status));
-                if id.0 == list.header.member_id {
-                    leader = Some(status.leader);
-                }
+                statuses.insert(id, (MemberStatus::from(&status), status.leader));
             }
         }
-        // No `leader` in the answer means there is none: a member without a leader may hold an
-        // old list (partitioned, or the quorum is lost), so its list is not believed.
-        let Some(leader) = leader.filter(|&l| l != 0).map(MemberId) else {
-            return Err(untrusted(
-                Refusal::NoLeader,
-                "the answering member knows no leader".into(),
-            ));
-        };
-        let down: Vec<MemberId> = members
-            .iter()
-            .filter(|m| m.is_started() && !healthy.contains(&m.id))
-            .map(|m| m.id)
-            .collect();
-        let peer_connected = if down.is_empty() {
-            Default::default()
-        } else {
-            self.peer_view(&members, &healthy, &down).await
-        };
-        // Alarms are cluster-wide (raft state): any member answers for all.
+        Ok(Probed { statuses })
+    }
+
+    /// The cluster's active alarms: raft state, so any member answers for all.
+    async fn alarms(&self, endpoint: &str) -> Result<Vec<Alarm>, Error> {
         let alarms: AlarmResponse = self
             .call(
                 "alarm list",
@@ -678,7 +721,7 @@ impl EtcdMembers {
                 None,
             )
             .await?;
-        let alarms: Vec<Alarm> = alarms
+        Ok(alarms
             .alarms
             .into_iter()
             .filter(|a| !a.alarm.is_empty() && a.alarm != "NONE")
@@ -686,30 +729,13 @@ impl EtcdMembers {
                 member: MemberId(a.member_id),
                 kind: a.alarm,
             })
-            .collect();
-        let history_compacted = if alarms.iter().any(|a| a.kind == "NOSPACE") {
-            let revision = statuses.values().map(|s| s.revision).max().unwrap_or(0);
-            self.compacted_up_to(endpoint, revision).await?
-        } else {
-            false
-        };
-        let auth_enabled = match self.root {
-            Some(_) => self.auth_enabled(endpoint).await?,
-            None => false,
-        };
-        Ok(ClusterView {
-            cluster_id: list.header.cluster_id,
-            members,
-            statuses,
-            alarms,
-            history_compacted,
-            auth_enabled,
-            peer_connected,
-            leader: Some(leader),
-            healthy,
-            endpoint: endpoint.to_string(),
-        })
+            .collect())
     }
+}
+
+/// What the members that answered said of themselves, with the leader each knows.
+struct Probed {
+    statuses: std::collections::BTreeMap<MemberId, (MemberStatus, u64)>,
 }
 
 /// The JSON gateway's server stream: one `{"result": {...}}` object per line, each carrying a
@@ -1169,6 +1195,16 @@ impl Members for EtcdMembers {
         }
         Ok(())
     }
+}
+
+/// The function's own client identity for etcd, from its CA: no common name (it is `root`
+/// through tokens), valid a day from `now`.
+pub fn own_identity(ca: &crate::pki::Ca, now: i64) -> Result<ClientTls, Error> {
+    let issued = ca.issue_function(crate::pki::FUNCTION_CERT_SECS, now)?;
+    Ok(ClientTls {
+        ca_pem: ca.cert_pem.clone().into_bytes(),
+        identity_pem: format!("{}{}", issued.cert_pem, issued.key_pem.expose()).into(),
+    })
 }
 
 #[cfg(test)]

@@ -3,10 +3,11 @@
 pub mod autoscaling;
 pub mod etcd;
 pub mod s3;
+mod sdk;
 pub mod ssm;
 
 use crate::config::Config;
-use crate::error::{BoxError, Error};
+use crate::error::Error;
 use crate::model::Timestamp;
 use crate::pki::Ca;
 use crate::ports::Created;
@@ -51,17 +52,20 @@ pub async fn connect(config: Config, aws: &aws_config::SdkConfig) -> Result<Live
     let (ca, members) = match (&config.pki, &config.tls) {
         (Some(_), _) => {
             let ca = cluster_ca(&published, &config.settings.cluster_name, clock()).await?;
-            let members = etcd::EtcdMembers::managed(config.etcd_timeout, &ca)?;
+            let members = etcd::EtcdMembers::managed(config.timing.etcd_timeout, &ca)?;
             (Some(ca), members)
         }
         (None, Some(files)) => {
             let tls = etcd::ClientTls::from_files(files)?;
             (
                 None,
-                etcd::EtcdMembers::new(config.etcd_timeout, Some(&tls))?,
+                etcd::EtcdMembers::new(config.timing.etcd_timeout, Some(&tls))?,
             )
         }
-        (None, None) => (None, etcd::EtcdMembers::new(config.etcd_timeout, None)?),
+        (None, None) => (
+            None,
+            etcd::EtcdMembers::new(config.timing.etcd_timeout, None)?,
+        ),
     };
     let members = members.with_metrics_port(config.settings.topology.metrics_port);
     Ok(Reconciler {
@@ -138,18 +142,4 @@ pub async fn cluster_ca(
         tracing::info!(days_left, not_after = ca.not_after, "cluster CA");
     }
     Ok(ca)
-}
-
-/// The function's own client identity for etcd, from its CA: no common name (it is `root`
-/// through tokens), valid a day from `now`.
-pub fn own_identity(ca: &Ca, now: Timestamp) -> Result<etcd::ClientTls, Error> {
-    let issued = ca.issue_function(crate::pki::FUNCTION_CERT_SECS, now)?;
-    Ok(etcd::ClientTls {
-        ca_pem: ca.cert_pem.clone().into_bytes(),
-        identity_pem: format!("{}{}", issued.cert_pem, issued.key_pem.expose()).into(),
-    })
-}
-
-fn aws(operation: &'static str) -> impl FnOnce(BoxError) -> Error {
-    move |source| Error::Aws { operation, source }
 }

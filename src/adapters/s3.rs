@@ -7,11 +7,12 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Tag, Tagging};
 use sha2::{Digest, Sha256};
 
-use super::aws;
+use super::sdk::aws;
 use super::ssm::INSTANCE_ARN_TAG;
 use crate::error::Error;
+use crate::model::SnapshotFacts;
 use crate::model::{Backup, BackupRef, Timestamp};
-use crate::ports::{Backups, Snapshot, SnapshotFacts};
+use crate::ports::{Backups, Snapshot};
 
 /// Parts of the multipart upload: S3's minimum is 5 MiB; at most two are held at once.
 const PART: usize = 8 << 20;
@@ -140,7 +141,7 @@ impl S3Backups {
         snapshot: &mut Snapshot,
     ) -> Result<(u64, String), Error> {
         let mut hash = Sha256::new();
-        let mut integrity = crate::backup::SnapshotIntegrity::default();
+        let mut integrity = crate::snapshot::SnapshotIntegrity::default();
         let mut size = 0u64;
         let mut parts = Vec::new();
         let mut buffer: Vec<u8> = Vec::with_capacity(PART);

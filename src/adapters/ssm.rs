@@ -6,7 +6,7 @@
 
 use aws_sdk_ssm::types::{ParameterType, ResourceTypeForTagging, Tag};
 
-use super::aws;
+use super::sdk::aws;
 use crate::error::Error;
 use crate::event::shown;
 use crate::model::{ClusterRecord, MemberConfig, Published, PublishedState, Timestamp};

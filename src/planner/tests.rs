@@ -1,11 +1,14 @@
 //! Table tests: each case is one rule of the module doc, stated as given / expect.
 
 use super::*;
-use crate::model::{MemberStatus, Published, PublishedState};
+use crate::model::*;
 
 fn settings() -> Settings {
     Settings::for_tests()
 }
+
+/// The voter that answers the member list in `Given::members`: where membership calls go.
+const ANSWERING: &str = "http://10.0.0.1:2379";
 
 fn addr(n: u8) -> String {
     format!("10.0.0.{n}")
@@ -253,7 +256,8 @@ fn after_the_record_the_seed_gets_a_new_cluster_config_of_itself() {
         g.plan(),
         Step::Publish {
             instance: i(1),
-            config: seed_config(1)
+            config: seed_config(1),
+            certificate: None
         }
     );
 }
@@ -306,7 +310,8 @@ fn a_new_instance_joins_as_a_learner() {
         g.plan(),
         Step::AddLearner {
             instance: i(2),
-            peer_url: peer(2)
+            peer_url: peer(2),
+            endpoint: ANSWERING.into()
         }
     );
 }
@@ -320,7 +325,10 @@ fn an_added_learner_gets_every_member_in_its_initial_cluster() {
     ])
     .record(1)
     .members(vec![voter(2), voter(1), unstarted_learner(3)]);
-    let Step::Publish { instance, config } = g.plan() else {
+    let Step::Publish {
+        instance, config, ..
+    } = g.plan()
+    else {
         panic!("{:?}", g.plan())
     };
     assert_eq!(instance, i(3));
@@ -371,7 +379,8 @@ fn a_started_learner_is_promoted() {
         g.plan(),
         Step::Promote {
             instance: i(2),
-            member: id(2)
+            member: id(2),
+            endpoint: ANSWERING.into()
         }
     );
 }
@@ -446,7 +455,8 @@ fn a_terminating_member_is_removed_while_alive() {
         Step::RemoveMember {
             member: id(3),
             instance: Some(i(3)),
-            reason: Removal::Terminating
+            reason: Removal::Terminating,
+            endpoint: ANSWERING.into()
         }
     );
 }
@@ -491,7 +501,13 @@ fn after_removal_the_config_goes_then_the_action_completes() {
         .record(1)
         .members(vec![voter(1)])
         .some_config(3);
-    assert_eq!(g.plan(), Step::Unpublish { instance: i(3) });
+    assert_eq!(
+        g.plan(),
+        Step::Unpublish {
+            instance: i(3),
+            key_material: false
+        }
+    );
     let g = given(vec![inst(1, InService), inst(3, TerminatingWait)])
         .record(1)
         .members(vec![voter(1)]);
@@ -564,7 +580,13 @@ fn a_vanished_seeds_config_is_deleted_not_rewritten() {
         .record(1)
         .members(vec![voter(2), voter(3)])
         .published(1, seed_config(1), 1);
-    assert_eq!(g.plan(), Step::Unpublish { instance: i(1) });
+    assert_eq!(
+        g.plan(),
+        Step::Unpublish {
+            instance: i(1),
+            key_material: false
+        }
+    );
     // Present, it is rewritten as before.
     let g = given(vec![inst(1, InService), inst(2, InService)])
         .record(1)
@@ -580,13 +602,25 @@ fn key_material_of_a_gone_instance_goes_even_without_its_config() {
         .record(1)
         .members(vec![voter(1)]);
     g.obs.published.cert_not_after.insert(i(9), 5000);
-    assert_eq!(g.plan(), Step::Unpublish { instance: i(9) });
+    assert_eq!(
+        g.plan(),
+        Step::Unpublish {
+            instance: i(9),
+            key_material: false
+        }
+    );
     // An instance still present keeps it (its config is on its way).
     let mut g = given(vec![inst(1, InService), inst(2, PendingWait)])
         .record(1)
         .members(vec![voter(1)]);
     g.obs.published.cert_not_after.insert(i(2), 5000);
-    assert_ne!(g.plan(), Step::Unpublish { instance: i(2) });
+    assert_ne!(
+        g.plan(),
+        Step::Unpublish {
+            instance: i(2),
+            key_material: false
+        }
+    );
 }
 
 #[test]
@@ -600,7 +634,8 @@ fn a_member_whose_instance_left_is_removed_when_quorum_holds() {
         Step::RemoveMember {
             member: id(3),
             instance: None,
-            reason: Removal::InstanceGone
+            reason: Removal::InstanceGone,
+            endpoint: ANSWERING.into()
         }
     );
 }
@@ -656,7 +691,8 @@ fn a_learner_that_never_starts_is_removed_then_its_launch_abandoned() {
         Step::RemoveMember {
             member: id(2),
             instance: Some(i(2)),
-            reason: Removal::LearnerNeverStarted
+            reason: Removal::LearnerNeverStarted,
+            endpoint: ANSWERING.into()
         }
     );
     let g = given(vec![inst(1, InService), inst(2, PendingWait)])
@@ -676,7 +712,13 @@ fn configs_of_instances_that_are_gone_are_deleted() {
         .members(vec![voter(1)])
         .some_config(1)
         .some_config(9);
-    assert_eq!(g.plan(), Step::Unpublish { instance: i(9) });
+    assert_eq!(
+        g.plan(),
+        Step::Unpublish {
+            instance: i(9),
+            key_material: false
+        }
+    );
 }
 
 #[test]
@@ -803,7 +845,8 @@ fn the_dead_member_is_removed_before_the_healthy_leaving_one() {
         Step::RemoveMember {
             member: id(2),
             instance: Some(i(2)),
-            reason: Removal::Terminating
+            reason: Removal::Terminating,
+            endpoint: ANSWERING.into()
         }
     );
     let g = given(vec![inst(1, InService), inst(3, TerminatingWait)])
@@ -823,7 +866,8 @@ fn a_dead_orphan_goes_before_a_healthy_leaving_member() {
         Step::RemoveMember {
             member: id(2),
             instance: None,
-            reason: Removal::InstanceGone
+            reason: Removal::InstanceGone,
+            endpoint: ANSWERING.into()
         }
     );
 }
@@ -935,7 +979,8 @@ fn replacements_go_one_at_a_time_and_never_during_a_membership_change() {
         Step::RemoveMember {
             member: id(2),
             instance: Some(i(2)),
-            reason: Removal::Replaced
+            reason: Removal::Replaced,
+            endpoint: ANSWERING.into()
         }
     );
     let mut g = five();
@@ -1088,7 +1133,8 @@ fn the_last_voter_is_held_while_its_replacement_joins() {
         g.plan(),
         Step::AddLearner {
             instance: i(2),
-            peer_url: peer(2)
+            peer_url: peer(2),
+            endpoint: ANSWERING.into()
         }
     );
     assert!(g.waits().contains(&Wait::LastVoterHeld {
@@ -1134,7 +1180,8 @@ fn a_new_instance_on_a_dead_members_address_does_not_inherit_it() {
         Step::RemoveMember {
             member: id(2),
             instance: None,
-            reason: Removal::InstanceGone
+            reason: Removal::InstanceGone,
+            endpoint: ANSWERING.into()
         }
     );
     // While the dead member cannot be removed, 4 is neither completed nor added: it waits.
@@ -1190,7 +1237,8 @@ fn a_replacement_launched_first_joins_once_the_dead_member_on_the_unhealthy_inst
         Step::RemoveMember {
             member: id(3),
             instance: Some(i(3)),
-            reason: Removal::Replaced
+            reason: Removal::Replaced,
+            endpoint: ANSWERING.into()
         }
     );
     let g = given(vec![
@@ -1211,7 +1259,10 @@ fn once_the_cluster_served_the_seed_config_never_says_new_again() {
         .members(vec![voter(1), voter(2)])
         .published(1, seed_config(1), 5)
         .some_config(2);
-    let Step::Publish { instance, config } = g.plan() else {
+    let Step::Publish {
+        instance, config, ..
+    } = g.plan()
+    else {
         panic!("{:?}", g.plan())
     };
     assert_eq!(instance, i(1));
@@ -1301,7 +1352,16 @@ fn a_lost_majority_with_a_newer_survivor_is_snapshotted_then_restored_from_it() 
         Step::Backup {
             member: id(1),
             endpoint: "http://10.0.0.1:2379".into(),
-            reason: crate::backup::Reason::Survivor
+            reason: BackupReason::Survivor,
+            // The lost generation's, as the survivor answers for itself.
+            facts: SnapshotFacts {
+                token: format!("etcd-{}", i(1)),
+                revision: 50,
+                cluster_id: 7,
+                member: id(1).to_string(),
+                etcd_version: String::new(),
+                taken_at: 1000,
+            }
         }
     );
     // Once its snapshot is stored (newest, revision 50), the restore seeds from 4.
@@ -1313,7 +1373,7 @@ fn a_lost_majority_with_a_newer_survivor_is_snapshotted_then_restored_from_it() 
     };
     then.obs.backups = vec![backup_at(40), saved.clone()];
     assert!(
-        matches!(then.plan(), Step::Restore { seed, backup, .. } if seed == i(4) && backup == saved)
+        matches!(then.plan(), Step::Restore { new, backup, .. } if new.seed == i(4) && backup == saved)
     );
     // A survivor behind the last backup is not snapshotted: the backup is restored.
     let mut behind = g();
@@ -1603,21 +1663,46 @@ fn auth_is_turned_on_once_every_voter_answers_with_a_config_that_verifies_root_t
         g.settings = Some(on.clone());
         g
     };
-    assert_eq!(served([true; 3]).plan(), Step::EnableAuth);
+    assert_eq!(
+        served([true; 3]).plan(),
+        Step::EnableAuth {
+            endpoint: ANSWERING.into()
+        }
+    );
     // ETCD_AUTH=off: never.
     let mut off = served([true; 3]);
     off.settings = None;
-    assert_ne!(off.plan(), Step::EnableAuth);
+    assert_ne!(
+        off.plan(),
+        Step::EnableAuth {
+            endpoint: ANSWERING.into()
+        }
+    );
     // Already on.
     let mut done = served([true; 3]);
     if let ClusterState::Known(v) = &mut done.obs.cluster {
         v.auth_enabled = true;
     }
-    assert_ne!(done.plan(), Step::EnableAuth);
+    assert_ne!(
+        done.plan(),
+        Step::EnableAuth {
+            endpoint: ANSWERING.into()
+        }
+    );
     // A member of an older config would refuse the function's tokens: not until it is replaced.
-    assert_ne!(served([true, false, true]).plan(), Step::EnableAuth);
+    assert_ne!(
+        served([true, false, true]).plan(),
+        Step::EnableAuth {
+            endpoint: ANSWERING.into()
+        }
+    );
     // A member not answering, or a learner joining: membership first.
-    assert_ne!(served([true; 3]).unhealthy(2).plan(), Step::EnableAuth);
+    assert_ne!(
+        served([true; 3]).unhealthy(2).plan(),
+        Step::EnableAuth {
+            endpoint: ANSWERING.into()
+        }
+    );
     let mut joining = served([true; 3]);
     joining
         .obs
@@ -1626,5 +1711,10 @@ fn auth_is_turned_on_once_every_voter_answers_with_a_config_that_verifies_root_t
     if let ClusterState::Known(v) = &mut joining.obs.cluster {
         v.members.push(learner(4));
     }
-    assert_ne!(joining.plan(), Step::EnableAuth);
+    assert_ne!(
+        joining.plan(),
+        Step::EnableAuth {
+            endpoint: ANSWERING.into()
+        }
+    );
 }

@@ -1,6 +1,6 @@
 //! The maintenance concern: keeping every member's database small and the cluster writable.
-//! Pure, like the membership planner, and ranked below it: `planner::assess` asks here only when
-//! membership has nothing to do and nothing to wait for (no member joining, leaving or down).
+//! Ranked below membership: the ranking asks here only when membership has nothing to do and
+//! nothing to wait for (no member joining, leaving or down).
 //!
 //! Rules, in order:
 //! 1. under `NOSPACE`, first compact all history up to the current revision (writes have stopped,
@@ -16,39 +16,19 @@
 //! Every voter must answer with its status, and every member be a started voter, or nothing here
 //! runs: defragmenting one member while another is down risks the quorum.
 
+use super::step::{Step, Wait};
 use crate::config::Settings;
-use crate::model::{ClusterView, Member, MemberStatus};
-use crate::planner::{Step, Wait};
-
-pub const NOSPACE: &str = "NOSPACE";
-
-/// Whether the cluster has raised the space alarm.
-pub fn nospace(view: &ClusterView) -> bool {
-    view.alarms.iter().any(|a| a.kind == NOSPACE)
-}
+use crate::model::{ClusterView, Member, MemberStatus, NOSPACE};
 
 /// Whether the live data takes 90 % of the quota or more.
 pub fn nearly_full(status: &MemberStatus, quota: u64) -> bool {
     status.db_size_in_use.saturating_mul(10) >= quota.saturating_mul(9)
 }
 
-pub fn plan(view: &ClusterView, settings: &Settings) -> Vec<Step> {
-    let all_started_voters = view.members.iter().all(|m| !m.is_learner && m.is_started());
-    let all_answer = view
-        .members
-        .iter()
-        .all(|m| view.healthy.contains(&m.id) && view.statuses.contains_key(&m.id));
-    if view.members.is_empty() || !all_started_voters || !all_answer {
-        return vec![];
-    }
-    let nospace = nospace(view);
+/// Rule 2: the next member to defragment (followers first, the leader last after moving
+/// leadership away), if any needs it.
+fn defragment(view: &ClusterView, settings: &Settings, nospace: bool) -> Option<Step> {
     let quota = settings.topology.quota_backend_bytes;
-    if nospace && !view.history_compacted {
-        // Writes have stopped; the revision stands still. All history goes: the retention
-        // cannot be kept once the quota is full.
-        let revision = view.revision();
-        return vec![Step::Compact { revision }];
-    }
     let needs_defrag = |s: &MemberStatus| {
         if nospace {
             // A tenth free, or a file near the quota with anything to reclaim: etcd checks the
@@ -69,29 +49,51 @@ pub fn plan(view: &ClusterView, settings: &Settings) -> Vec<Step> {
         .collect();
     // Followers first (by id), the leader last.
     candidates.sort_by_key(|m| (view.leader == Some(m.id), m.id));
-    if let Some(m) = candidates.first() {
-        let Some(endpoint) = m.client_urls.first() else {
-            return vec![];
-        };
-        if view.leader == Some(m.id) {
-            let to = view
-                .members
-                .iter()
-                .map(|o| o.id)
-                .filter(|&id| id != m.id)
-                .min();
-            if let Some(to) = to {
-                return vec![Step::TransferLeadership {
-                    from: m.id,
-                    to,
-                    leader_endpoint: endpoint.clone(),
-                }];
-            }
+    let m = candidates.first()?;
+    let endpoint = m.client_urls.first()?;
+    if view.leader == Some(m.id) {
+        let to = view
+            .members
+            .iter()
+            .map(|o| o.id)
+            .filter(|&id| id != m.id)
+            .min();
+        if let Some(to) = to {
+            return Some(Step::TransferLeadership {
+                from: m.id,
+                to,
+                leader_endpoint: endpoint.clone(),
+            });
         }
-        return vec![Step::Defragment {
-            member: m.id,
-            endpoint: endpoint.clone(),
+    }
+    Some(Step::Defragment {
+        member: m.id,
+        endpoint: endpoint.clone(),
+    })
+}
+
+pub fn plan(view: &ClusterView, settings: &Settings) -> Vec<Step> {
+    let all_started_voters = view.members.iter().all(|m| !m.is_learner && m.is_started());
+    let all_answer = view
+        .members
+        .iter()
+        .all(|m| view.healthy.contains(&m.id) && view.statuses.contains_key(&m.id));
+    if view.members.is_empty() || !all_started_voters || !all_answer {
+        return vec![];
+    }
+    let nospace = view.nospace();
+    let quota = settings.topology.quota_backend_bytes;
+    if nospace && !view.history_compacted {
+        // Writes have stopped; the revision stands still. All history goes: the retention
+        // cannot be kept once the quota is full.
+        let revision = view.revision();
+        return vec![Step::Compact {
+            revision,
+            endpoint: view.endpoint.clone(),
         }];
+    }
+    if let Some(step) = defragment(view, settings, nospace) {
+        return vec![step];
     }
     if !nospace {
         return vec![];
@@ -111,7 +113,10 @@ pub fn plan(view: &ClusterView, settings: &Settings) -> Vec<Step> {
         .iter()
         .filter(|a| a.kind == NOSPACE)
         .take(1)
-        .map(|a| Step::Disarm(a.clone()))
+        .map(|a| Step::Disarm {
+            alarm: a.clone(),
+            endpoint: view.endpoint.clone(),
+        })
         .collect()
 }
 
@@ -240,7 +245,13 @@ mod tests {
     fn nospace_first_compacts_all_history() {
         // Even with free pages to reclaim: compaction first, or the quota fills again at once.
         let v = nospace(view([(1000, 800), (1000, 995), (1000, 990)]));
-        assert_eq!(plan(&v, &settings()), vec![Step::Compact { revision: 503 }]);
+        assert_eq!(
+            plan(&v, &settings()),
+            vec![Step::Compact {
+                revision: 503,
+                endpoint: "http://10.0.0.1:2379".into()
+            }]
+        );
     }
 
     #[test]
@@ -260,10 +271,13 @@ mod tests {
         let v = compacted(nospace(view([(100, 100), (100, 100), (100, 100)])));
         assert_eq!(
             plan(&v, &settings()),
-            vec![Step::Disarm(Alarm {
-                member: MemberId(2),
-                kind: NOSPACE.into()
-            })]
+            vec![Step::Disarm {
+                alarm: Alarm {
+                    member: MemberId(2),
+                    kind: NOSPACE.into()
+                },
+                endpoint: "http://10.0.0.1:2379".into()
+            }]
         );
     }
 

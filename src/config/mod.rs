@@ -1,9 +1,15 @@
-//! All configuration, read once from the environment into one struct.
+//! All configuration, read once from the environment into one struct of sections, each parsing
+//! its own variables (`vars.rs` lists them all, with their defaults and meaning). A bad value is
+//! refused with the variable's name and the value.
+
+mod vars;
 
 use std::time::Duration;
 
 use crate::error::Error;
 use crate::model::{InitialState, MemberConfig};
+use vars::*;
+pub use vars::{table as variables_table, Var, VARIABLES};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Scheme {
@@ -212,6 +218,17 @@ pub struct Config {
     /// TLS=managed: the function keeps the cluster's CA and issues every certificate.
     pub pki: Option<Pki>,
     pub settings: Settings,
+    pub timing: Timing,
+    /// Test-only failpoint (`FAILPOINT_CRASH_AFTER`): abort the process right after a step of
+    /// this name succeeds, so tests can kill the function between two steps of one change.
+    pub crash_after: Option<String>,
+    /// The backup bucket; None: backups are off.
+    pub backup_store: Option<BackupStore>,
+}
+
+/// How long an invocation's parts may take.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Timing {
     /// Timeout of one etcd HTTP request.
     pub etcd_timeout: Duration,
     /// How long one invocation keeps waiting on slow steps (a learner booting, a promote not yet in
@@ -220,56 +237,62 @@ pub struct Config {
     pub poll_interval: Duration,
     /// Stop starting steps this long before the Lambda deadline.
     pub deadline_margin: Duration,
-    /// Test-only failpoint (`FAILPOINT_CRASH_AFTER`): abort the process right after a step of
-    /// this name succeeds, so tests can kill the function between two steps of one change.
-    pub crash_after: Option<String>,
-    /// The backup bucket; None: backups are off.
-    pub backup_store: Option<BackupStore>,
 }
 
-/// The variables, for the README and for error messages.
-pub const VARIABLES: &[(&str, &str)] = &[
-    ("ASG_NAME", "required"),
-    ("LAUNCH_HOOK_NAME", "required"),
-    ("TERMINATE_HOOK_NAME", "required"),
-    ("CLUSTER_NAME", "ASG_NAME"),
-    ("PARAMETER_PREFIX", "/etcd-asg-lifecycle/<CLUSTER_NAME>"),
-    ("ADDRESS_SOURCE", "private-ip"),
-    ("ETCD_PEER_SCHEME", "http"),
-    ("ETCD_PEER_PORT", "2380"),
-    ("ETCD_CLIENT_SCHEME", "http"),
-    ("ETCD_CLIENT_PORT", "2379"),
-    ("TLS", "off"),
-    ("MEMBER_CERT_DAYS", "90"),
-    ("MEMBER_CERT_EXTRA_SANS", "unset"),
-    ("MEMBER_CERT_SECS", "unset (tests only)"),
-    ("PKI_KMS_KEY_ID", "unset (aws/ssm)"),
-    ("ETCD_METRICS_PORT", "2381"),
-    ("ETCD_AUTH", "on with TLS=managed"),
-    ("ETCD_CA_FILE", "unset"),
-    ("ETCD_CERT_FILE", "unset"),
-    ("ETCD_KEY_FILE", "unset"),
-    ("ETCD_REQUEST_TIMEOUT_MS", "3000"),
-    ("LEARNER_START_TIMEOUT_SECS", "900"),
-    ("UNHEALTHY_REPLACE_SECS", "300"),
-    ("AUTO_COMPACTION_RETENTION", "1h"),
-    ("QUOTA_BACKEND_BYTES", "2147483648"),
-    ("DEFRAG_FREE_PERCENT", "50"),
-    ("DEFRAG_MIN_BYTES", "104857600"),
-    ("BACKUP_BUCKET", "unset (backups off)"),
-    (
-        "BACKUP_PREFIX",
-        "<PARAMETER_PREFIX without the leading '/'>",
-    ),
-    ("BACKUP_INTERVAL_MINUTES", "15"),
-    ("BACKUP_HOURLY_DAYS", "7"),
-    ("BACKUP_DAILY_DAYS", "90"),
-    ("RECOVERY", "auto"),
-    ("WAIT_BUDGET_SECS", "120"),
-    ("POLL_INTERVAL_MS", "2000"),
-    ("DEADLINE_MARGIN_MS", "5000"),
-    ("FAILPOINT_CRASH_AFTER", "unset (tests only)"),
-];
+/// The environment as the sections read it: a variable unset or blank takes its default.
+struct Env<'a> {
+    lookup: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl Env<'_> {
+    fn get(&self, var: &Var) -> Option<String> {
+        (self.lookup)(var.name).filter(|v| !v.trim().is_empty())
+    }
+
+    fn required(&self, var: &Var) -> Result<String, Error> {
+        self.get(var)
+            .ok_or_else(|| bad(var.name, "", "is required"))
+    }
+
+    /// A whole number from `min` to `max`, else the variable's default.
+    fn number(&self, var: &Var, min: u64, max: u64) -> Result<u64, Error> {
+        let raw = self.get(var).unwrap_or_else(|| var.default.to_string());
+        match raw.trim().parse::<u64>() {
+            Ok(n) if (min..=max).contains(&n) => Ok(n),
+            _ => Err(bad(
+                var.name,
+                &raw,
+                &format!("must be a whole number from {min} to {max}"),
+            )),
+        }
+    }
+
+    fn millis(&self, var: &Var, min: u64, max: u64) -> Result<Duration, Error> {
+        Ok(Duration::from_millis(self.number(var, min, max)?))
+    }
+
+    fn port(&self, var: &Var) -> Result<u16, Error> {
+        Ok(self.number(var, 1, 65535)? as u16)
+    }
+
+    fn scheme(&self, var: &Var) -> Result<Scheme, Error> {
+        match self.get(var).as_deref().unwrap_or(var.default) {
+            "http" => Ok(Scheme::Http),
+            "https" => Ok(Scheme::Https),
+            v => Err(bad(var.name, v, "must be 'http' or 'https'")),
+        }
+    }
+
+    /// An on/off switch; unset: `default`.
+    fn switch(&self, var: &Var, default: bool) -> Result<bool, Error> {
+        match self.get(var).as_deref() {
+            None => Ok(default),
+            Some("on") => Ok(true),
+            Some("off") => Ok(false),
+            Some(v) => Err(bad(var.name, v, "must be 'on' or 'off'")),
+        }
+    }
+}
 
 impl Config {
     pub fn from_env() -> Result<Self, Error> {
@@ -277,23 +300,79 @@ impl Config {
     }
 
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, Error> {
-        let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-        let required = |k: &str| get(k).ok_or_else(|| bad(k, "", "is required"));
-        let group_name = name_value("ASG_NAME", required("ASG_NAME")?)?;
-        let launch_hook = name_value("LAUNCH_HOOK_NAME", required("LAUNCH_HOOK_NAME")?)?;
-        let terminate_hook = name_value("TERMINATE_HOOK_NAME", required("TERMINATE_HOOK_NAME")?)?;
+        let env = Env { lookup: &get };
+        let names = Names::parse(&env)?;
+        let tls = TlsFiles::parse(&env)?;
+        let pki = Pki::parse(&env, tls.is_some())?;
+        let backup_store = BackupStore::parse(&env, &names.parameter_prefix)?;
+        let backup = match &backup_store {
+            Some(_) => Some(BackupPolicy::parse(&env)?),
+            None => None,
+        };
+        let managed = pki.is_some();
+        let etcd_auth = env.switch(&ETCD_AUTH, managed)?;
+        if etcd_auth && !managed {
+            return Err(bad(
+                ETCD_AUTH.name,
+                "on",
+                "needs TLS=managed: the function signs its root tokens with the cluster's CA",
+            ));
+        }
+        Ok(Self {
+            address_source: AddressSource::parse(&env)?,
+            settings: Settings {
+                topology: Topology::parse(&env, managed)?,
+                learner_start_timeout_secs: env.number(&LEARNER_START_TIMEOUT_SECS, 10, 86_400)?
+                    as i64,
+                unhealthy_replace_secs: env.number(&UNHEALTHY_REPLACE_SECS, 10, 86_400)? as i64,
+                backup,
+                member_cert_secs: pki.as_ref().map(|p| p.member_cert_secs),
+                etcd_auth,
+                defrag_free_percent: env.number(&DEFRAG_FREE_PERCENT, 10, 95)?,
+                defrag_min_bytes: env.number(&DEFRAG_MIN_BYTES, 0, MAX_QUOTA_BACKEND_BYTES)?,
+                cluster_name: names.cluster_name,
+            },
+            timing: Timing::parse(&env)?,
+            crash_after: env.get(&FAILPOINT_CRASH_AFTER),
+            group_name: names.group_name,
+            launch_hook: names.launch_hook,
+            terminate_hook: names.terminate_hook,
+            parameter_prefix: names.parameter_prefix,
+            tls,
+            pki,
+            backup_store,
+        })
+    }
+}
+
+/// The group, its hooks, and where the cluster's state lives.
+struct Names {
+    group_name: String,
+    launch_hook: String,
+    terminate_hook: String,
+    cluster_name: String,
+    parameter_prefix: String,
+}
+
+impl Names {
+    fn parse(env: &Env) -> Result<Self, Error> {
+        let name = |var: &Var| name_value(var.name, env.required(var)?);
+        let group_name = name(&ASG_NAME)?;
+        let launch_hook = name(&LAUNCH_HOOK_NAME)?;
+        let terminate_hook = name(&TERMINATE_HOOK_NAME)?;
         if launch_hook == terminate_hook {
             return Err(bad(
-                "TERMINATE_HOOK_NAME",
+                TERMINATE_HOOK_NAME.name,
                 &terminate_hook,
                 "must differ from LAUNCH_HOOK_NAME: a group's hook names are unique",
             ));
         }
-        let cluster_name = match get("CLUSTER_NAME") {
-            Some(v) => name_value("CLUSTER_NAME", v)?,
+        let cluster_name = match env.get(&CLUSTER_NAME) {
+            Some(v) => name_value(CLUSTER_NAME.name, v)?,
             None => group_name.clone(),
         };
-        let parameter_prefix = get("PARAMETER_PREFIX")
+        let parameter_prefix = env
+            .get(&PARAMETER_PREFIX)
             .unwrap_or_else(|| format!("/etcd-asg-lifecycle/{cluster_name}"));
         let parameter_prefix = parameter_prefix.trim_end_matches('/').to_string();
         if !parameter_prefix.starts_with('/')
@@ -303,230 +382,210 @@ impl Config {
                 .all(|c| c.is_ascii_alphanumeric() || "/_.-".contains(c))
         {
             return Err(bad(
-                "PARAMETER_PREFIX",
+                PARAMETER_PREFIX.name,
                 &parameter_prefix,
                 "must be an SSM path: '/' then letters, digits, '/', '_', '.', '-'",
             ));
         }
-        let address_source = match get("ADDRESS_SOURCE").as_deref() {
-            None | Some("private-ip") => AddressSource::PrivateIp,
-            Some(v) => match v.strip_prefix("tag:") {
-                Some(tag) if !tag.is_empty() => AddressSource::Tag(tag.to_string()),
-                _ => {
-                    return Err(bad(
-                        "ADDRESS_SOURCE",
-                        v,
-                        "must be 'private-ip' or 'tag:<tag key>'",
-                    ))
-                }
-            },
-        };
-        let tls = match (
-            get("ETCD_CA_FILE"),
-            get("ETCD_CERT_FILE"),
-            get("ETCD_KEY_FILE"),
-        ) {
-            (None, None, None) => None,
-            (Some(ca), Some(cert), Some(key)) => Some(TlsFiles { ca, cert, key }),
-            (ca, cert, _) => {
-                let missing = if ca.is_none() {
-                    "ETCD_CA_FILE"
-                } else if cert.is_none() {
-                    "ETCD_CERT_FILE"
-                } else {
-                    "ETCD_KEY_FILE"
-                };
-                return Err(bad(
-                    missing,
-                    "",
-                    "is required when any of ETCD_CA_FILE, ETCD_CERT_FILE, ETCD_KEY_FILE is set",
-                ));
-            }
-        };
-        let backup_store = match get("BACKUP_BUCKET") {
-            None => None,
-            Some(bucket) => {
-                let ok = (3..=63).contains(&bucket.len())
-                    && bucket
-                        .chars()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || ".-".contains(c));
-                if !ok {
-                    return Err(bad(
-                        "BACKUP_BUCKET",
-                        &bucket,
-                        "must be an S3 bucket name: 3-63 lowercase letters, digits, '.', '-'",
-                    ));
-                }
-                let prefix = get("BACKUP_PREFIX")
-                    .unwrap_or_else(|| parameter_prefix.clone())
-                    .trim_matches('/')
-                    .to_string();
-                if prefix.is_empty()
-                    || !prefix
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "/_.-".contains(c))
-                {
-                    return Err(bad(
-                        "BACKUP_PREFIX",
-                        &prefix,
-                        "must be a key prefix of letters, digits, '/', '_', '.', '-'",
-                    ));
-                }
-                Some(BackupStore { bucket, prefix })
-            }
-        };
-        let backup = match &backup_store {
-            None => None,
-            Some(_) => Some(BackupPolicy {
-                interval_secs: number(&get, "BACKUP_INTERVAL_MINUTES", 15, 1, 1440)? as i64 * 60,
-                hourly_days: number(&get, "BACKUP_HOURLY_DAYS", 7, 1, 365)? as i64,
-                daily_days: number(&get, "BACKUP_DAILY_DAYS", 90, 1, 3650)? as i64,
-                recovery: match get("RECOVERY").as_deref() {
-                    None | Some("auto") => Recovery::Auto,
-                    Some("manual") => Recovery::Manual,
-                    Some(v) => return Err(bad("RECOVERY", v, "must be 'auto' or 'manual'")),
-                },
-            }),
-        };
-        let pki = match get("TLS").as_deref() {
-            None | Some("off") => None,
-            Some("managed") => {
-                if tls.is_some() {
-                    return Err(bad(
-                        "TLS",
-                        "managed",
-                        "issues the function's own certificate: leave ETCD_CA_FILE, \
-                         ETCD_CERT_FILE and ETCD_KEY_FILE unset",
-                    ));
-                }
-                for var in ["ETCD_PEER_SCHEME", "ETCD_CLIENT_SCHEME"] {
-                    if let Some(v) = get(var).filter(|v| v != "https") {
-                        return Err(bad(var, &v, "must be https (or unset) with TLS=managed"));
-                    }
-                }
-                let extra_sans: Vec<String> = get("MEMBER_CERT_EXTRA_SANS")
-                    .unwrap_or_default()
-                    .split(',')
-                    .map(|n| n.trim().to_string())
-                    .filter(|n| !n.is_empty())
-                    .collect();
-                for n in &extra_sans {
-                    let ok = n.len() <= 253
-                        && n.chars()
-                            .all(|c| c.is_ascii_alphanumeric() || ".-:".contains(c));
-                    if !ok || crate::pki::san(n).is_err() {
-                        return Err(bad(
-                            "MEMBER_CERT_EXTRA_SANS",
-                            n,
-                            "must be IP addresses or DNS names, comma-separated",
-                        ));
-                    }
-                }
-                Some(Pki {
-                    member_cert_secs: match get("MEMBER_CERT_SECS") {
-                        Some(_) => number(&get, "MEMBER_CERT_SECS", 0, 60, 86_400)? as i64,
-                        None => number(&get, "MEMBER_CERT_DAYS", 90, 1, 3650)? as i64 * 86_400,
-                    },
-                    extra_sans,
-                    kms_key_id: get("PKI_KMS_KEY_ID"),
-                })
-            }
-            Some(v) => return Err(bad("TLS", v, "must be 'managed' or 'off'")),
-        };
-        let (peer_scheme, client_scheme) = match pki {
-            Some(_) => (Scheme::Https, Scheme::Https),
-            None => (
-                scheme(&get, "ETCD_PEER_SCHEME")?,
-                scheme(&get, "ETCD_CLIENT_SCHEME")?,
-            ),
-        };
-        let topology = Topology {
-            peer_scheme,
-            peer_port: number(&get, "ETCD_PEER_PORT", 2380, 1, 65535)? as u16,
-            client_scheme,
-            client_port: number(&get, "ETCD_CLIENT_PORT", 2379, 1, 65535)? as u16,
-            mutual_tls: pki.is_some(),
-            metrics_port: match pki {
-                Some(_) => Some(number(&get, "ETCD_METRICS_PORT", 2381, 1, 65535)? as u16),
-                None => None,
-            },
-            auto_compaction_retention: retention(&get)?,
-            quota_backend_bytes: number(
-                &get,
-                "QUOTA_BACKEND_BYTES",
-                2 << 30,
-                16 << 20,
-                MAX_QUOTA_BACKEND_BYTES,
-            )?,
-        };
-        let member_cert_secs = pki.as_ref().map(|p| p.member_cert_secs);
-        let etcd_auth =
-            match (get("ETCD_AUTH").as_deref(), &pki) {
-                (None | Some("on"), Some(_)) => true,
-                (None | Some("off"), _) => false,
-                (Some("on"), None) => return Err(bad(
-                    "ETCD_AUTH",
-                    "on",
-                    "needs TLS=managed: the function signs its root tokens with the cluster's CA",
-                )),
-                (Some(v), _) => return Err(bad("ETCD_AUTH", v, "must be 'on' or 'off'")),
-            };
         Ok(Self {
             group_name,
             launch_hook,
             terminate_hook,
+            cluster_name,
             parameter_prefix,
-            address_source,
-            tls,
-            pki,
-            settings: Settings {
-                topology,
-                cluster_name,
-                learner_start_timeout_secs: number(
-                    &get,
-                    "LEARNER_START_TIMEOUT_SECS",
-                    900,
-                    10,
-                    86_400,
-                )? as i64,
-                unhealthy_replace_secs: number(&get, "UNHEALTHY_REPLACE_SECS", 300, 10, 86_400)?
-                    as i64,
-                backup,
-                member_cert_secs,
-                etcd_auth,
-                defrag_free_percent: number(&get, "DEFRAG_FREE_PERCENT", 50, 10, 95)?,
-                defrag_min_bytes: number(
-                    &get,
-                    "DEFRAG_MIN_BYTES",
-                    100 << 20,
-                    0,
-                    MAX_QUOTA_BACKEND_BYTES,
-                )?,
+        })
+    }
+}
+
+impl AddressSource {
+    fn parse(env: &Env) -> Result<Self, Error> {
+        match env.get(&ADDRESS_SOURCE).as_deref() {
+            None | Some("private-ip") => Ok(Self::PrivateIp),
+            Some(v) => match v.strip_prefix("tag:") {
+                Some(tag) if !tag.is_empty() => Ok(Self::Tag(tag.to_string())),
+                _ => Err(bad(
+                    ADDRESS_SOURCE.name,
+                    v,
+                    "must be 'private-ip' or 'tag:<tag key>'",
+                )),
             },
-            etcd_timeout: Duration::from_millis(number(
-                &get,
-                "ETCD_REQUEST_TIMEOUT_MS",
-                3000,
-                100,
-                60_000,
-            )?),
-            wait_budget: Duration::from_secs(number(&get, "WAIT_BUDGET_SECS", 120, 0, 900)?),
-            poll_interval: Duration::from_millis(number(
-                &get,
-                "POLL_INTERVAL_MS",
-                2000,
-                50,
-                60_000,
-            )?),
-            deadline_margin: Duration::from_millis(number(
-                &get,
-                "DEADLINE_MARGIN_MS",
-                5000,
-                0,
-                60_000,
-            )?),
-            crash_after: get("FAILPOINT_CRASH_AFTER"),
-            backup_store,
+        }
+    }
+}
+
+impl TlsFiles {
+    /// All three files or none.
+    fn parse(env: &Env) -> Result<Option<Self>, Error> {
+        match (
+            env.get(&ETCD_CA_FILE),
+            env.get(&ETCD_CERT_FILE),
+            env.get(&ETCD_KEY_FILE),
+        ) {
+            (None, None, None) => Ok(None),
+            (Some(ca), Some(cert), Some(key)) => Ok(Some(Self { ca, cert, key })),
+            (ca, cert, _) => {
+                let missing = if ca.is_none() {
+                    ETCD_CA_FILE
+                } else if cert.is_none() {
+                    ETCD_CERT_FILE
+                } else {
+                    ETCD_KEY_FILE
+                };
+                Err(bad(
+                    missing.name,
+                    "",
+                    "is required when any of ETCD_CA_FILE, ETCD_CERT_FILE, ETCD_KEY_FILE is set",
+                ))
+            }
+        }
+    }
+}
+
+impl Pki {
+    /// TLS=managed; `files`: whether TLS files were given too (they must not be).
+    fn parse(env: &Env, files: bool) -> Result<Option<Self>, Error> {
+        match env.get(&TLS).as_deref().unwrap_or(TLS.default) {
+            "off" => return Ok(None),
+            "managed" => {}
+            v => return Err(bad(TLS.name, v, "must be 'managed' or 'off'")),
+        }
+        if files {
+            return Err(bad(
+                TLS.name,
+                "managed",
+                "issues the function's own certificate: leave ETCD_CA_FILE, ETCD_CERT_FILE and \
+                 ETCD_KEY_FILE unset",
+            ));
+        }
+        for var in [ETCD_PEER_SCHEME, ETCD_CLIENT_SCHEME] {
+            if let Some(v) = env.get(&var).filter(|v| v != "https") {
+                return Err(bad(
+                    var.name,
+                    &v,
+                    "must be https (or unset) with TLS=managed",
+                ));
+            }
+        }
+        let extra_sans: Vec<String> = env
+            .get(&MEMBER_CERT_EXTRA_SANS)
+            .unwrap_or_default()
+            .split(',')
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+            .collect();
+        for n in &extra_sans {
+            let ok = n.len() <= 253
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || ".-:".contains(c));
+            if !ok || crate::pki::san(n).is_err() {
+                return Err(bad(
+                    MEMBER_CERT_EXTRA_SANS.name,
+                    n,
+                    "must be IP addresses or DNS names, comma-separated",
+                ));
+            }
+        }
+        let member_cert_secs = match env.get(&MEMBER_CERT_SECS) {
+            Some(_) => env.number(&MEMBER_CERT_SECS, 60, 86_400)? as i64,
+            None => env.number(&MEMBER_CERT_DAYS, 1, 3650)? as i64 * 86_400,
+        };
+        Ok(Some(Self {
+            member_cert_secs,
+            extra_sans,
+            kms_key_id: env.get(&PKI_KMS_KEY_ID),
+        }))
+    }
+}
+
+impl Topology {
+    /// `managed`: TLS=managed, which makes every URL https and adds the metrics listener.
+    fn parse(env: &Env, managed: bool) -> Result<Self, Error> {
+        let (peer_scheme, client_scheme) = match managed {
+            true => (Scheme::Https, Scheme::Https),
+            false => (
+                env.scheme(&ETCD_PEER_SCHEME)?,
+                env.scheme(&ETCD_CLIENT_SCHEME)?,
+            ),
+        };
+        Ok(Self {
+            peer_scheme,
+            peer_port: env.port(&ETCD_PEER_PORT)?,
+            client_scheme,
+            client_port: env.port(&ETCD_CLIENT_PORT)?,
+            mutual_tls: managed,
+            metrics_port: match managed {
+                true => Some(env.port(&ETCD_METRICS_PORT)?),
+                false => None,
+            },
+            auto_compaction_retention: retention(env)?,
+            quota_backend_bytes: env.number(
+                &QUOTA_BACKEND_BYTES,
+                16 << 20,
+                MAX_QUOTA_BACKEND_BYTES,
+            )?,
+        })
+    }
+}
+
+impl BackupStore {
+    /// None: no bucket, backups off. The key prefix defaults to the parameter prefix.
+    fn parse(env: &Env, parameter_prefix: &str) -> Result<Option<Self>, Error> {
+        let Some(bucket) = env.get(&BACKUP_BUCKET) else {
+            return Ok(None);
+        };
+        let ok = (3..=63).contains(&bucket.len())
+            && bucket
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || ".-".contains(c));
+        if !ok {
+            return Err(bad(
+                BACKUP_BUCKET.name,
+                &bucket,
+                "must be an S3 bucket name: 3-63 lowercase letters, digits, '.', '-'",
+            ));
+        }
+        let prefix = env
+            .get(&BACKUP_PREFIX)
+            .unwrap_or_else(|| parameter_prefix.to_string())
+            .trim_matches('/')
+            .to_string();
+        if prefix.is_empty()
+            || !prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/_.-".contains(c))
+        {
+            return Err(bad(
+                BACKUP_PREFIX.name,
+                &prefix,
+                "must be a key prefix of letters, digits, '/', '_', '.', '-'",
+            ));
+        }
+        Ok(Some(Self { bucket, prefix }))
+    }
+}
+
+impl BackupPolicy {
+    fn parse(env: &Env) -> Result<Self, Error> {
+        Ok(Self {
+            interval_secs: env.number(&BACKUP_INTERVAL_MINUTES, 1, 1440)? as i64 * 60,
+            hourly_days: env.number(&BACKUP_HOURLY_DAYS, 1, 365)? as i64,
+            daily_days: env.number(&BACKUP_DAILY_DAYS, 1, 3650)? as i64,
+            recovery: match env.get(&RECOVERY).as_deref().unwrap_or(RECOVERY.default) {
+                "auto" => Recovery::Auto,
+                "manual" => Recovery::Manual,
+                v => return Err(bad(RECOVERY.name, v, "must be 'auto' or 'manual'")),
+            },
+        })
+    }
+}
+
+impl Timing {
+    fn parse(env: &Env) -> Result<Self, Error> {
+        Ok(Self {
+            etcd_timeout: env.millis(&ETCD_REQUEST_TIMEOUT_MS, 100, 60_000)?,
+            wait_budget: Duration::from_secs(env.number(&WAIT_BUDGET_SECS, 0, 900)?),
+            poll_interval: env.millis(&POLL_INTERVAL_MS, 50, 60_000)?,
+            deadline_margin: env.millis(&DEADLINE_MARGIN_MS, 0, 60_000)?,
         })
     }
 }
@@ -559,11 +618,9 @@ fn name_value(var: &str, value: String) -> Result<String, Error> {
 /// etcd's `--auto-compaction-retention` in periodic mode: a Go duration of hours, minutes or
 /// seconds (`1h`, `30m`, `90s`), or a whole number of hours. At least a minute: less would compact
 /// away what watchers still need.
-fn retention(get: &impl Fn(&str) -> Option<String>) -> Result<String, Error> {
-    let var = "AUTO_COMPACTION_RETENTION";
-    let Some(raw) = get(var) else {
-        return Ok("1h".into());
-    };
+fn retention(env: &Env) -> Result<String, Error> {
+    let var = AUTO_COMPACTION_RETENTION;
+    let raw = env.get(&var).unwrap_or_else(|| var.default.to_string());
     let v = raw.trim();
     let (digits, unit) = v.split_at(v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len()));
     let secs = digits.parse::<u64>().ok().and_then(|n| match unit {
@@ -575,37 +632,9 @@ fn retention(get: &impl Fn(&str) -> Option<String>) -> Result<String, Error> {
     match secs {
         Some(s) if (60..=366 * 86_400).contains(&s) => Ok(v.to_string()),
         _ => Err(bad(
-            var,
+            var.name,
             &raw,
             "must be a duration of at least a minute and at most a year: '1h', '30m', '90s' or whole hours",
-        )),
-    }
-}
-
-fn scheme(get: &impl Fn(&str) -> Option<String>, var: &str) -> Result<Scheme, Error> {
-    match get(var).as_deref() {
-        None | Some("http") => Ok(Scheme::Http),
-        Some("https") => Ok(Scheme::Https),
-        Some(v) => Err(bad(var, v, "must be 'http' or 'https'")),
-    }
-}
-
-fn number(
-    get: &impl Fn(&str) -> Option<String>,
-    var: &str,
-    default: u64,
-    min: u64,
-    max: u64,
-) -> Result<u64, Error> {
-    let Some(raw) = get(var) else {
-        return Ok(default);
-    };
-    match raw.trim().parse::<u64>() {
-        Ok(n) if (min..=max).contains(&n) => Ok(n),
-        _ => Err(bad(
-            var,
-            &raw,
-            &format!("must be a whole number from {min} to {max}"),
         )),
     }
 }
@@ -686,10 +715,44 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_documents_every_variable() {
-        let readme = include_str!("../README.md");
-        for (var, _) in VARIABLES {
-            assert!(readme.contains(&format!("`{var}`")), "README lacks {var}");
+    fn the_docs_table_is_the_variables_with_their_defaults() {
+        // docs/configuration.md holds the table `variables_table()` makes, between markers:
+        // a default or a meaning changed here must change there (paste the table below).
+        let docs = include_str!("../../docs/configuration.md");
+        let table = variables_table();
+        assert!(
+            docs.contains(&format!("<!-- variables -->\n{table}<!-- /variables -->")),
+            "docs/configuration.md's table is not the variables' (src/config/vars.rs); it \
+             should read:\n{table}"
+        );
+    }
+
+    #[test]
+    fn every_default_parses() {
+        // Every variable's default, written once, is what its section takes when it is unset.
+        let c = Config::from_lookup(env(&[])).unwrap();
+        assert_eq!(c.settings.learner_start_timeout_secs, 900);
+        assert_eq!(c.settings.unhealthy_replace_secs, 300);
+        assert_eq!(c.settings.topology.quota_backend_bytes, 2 << 30);
+        assert_eq!(c.settings.topology.auto_compaction_retention, "1h");
+        assert_eq!(c.settings.defrag_free_percent, 50);
+        assert_eq!(c.settings.defrag_min_bytes, 100 << 20);
+        assert_eq!(c.timing.etcd_timeout, Duration::from_millis(3000));
+        assert_eq!(c.timing.wait_budget, Duration::from_secs(120));
+        assert_eq!(c.timing.poll_interval, Duration::from_millis(2000));
+        assert_eq!(c.timing.deadline_margin, Duration::from_millis(5000));
+        let b = Config::from_lookup(env(&[("BACKUP_BUCKET", "b-1"), ("TLS", "managed")])).unwrap();
+        let policy = b.settings.backup.unwrap();
+        assert_eq!(
+            (policy.interval_secs, policy.hourly_days, policy.daily_days),
+            (900, 7, 90)
+        );
+        assert_eq!(policy.recovery, Recovery::Auto);
+        assert_eq!(b.backup_store.unwrap().prefix, "etcd-asg-lifecycle/etcd");
+        assert_eq!(b.pki.unwrap().member_cert_secs, 90 * 86_400);
+        assert_eq!(b.settings.topology.metrics_port, Some(2381));
+        for v in VARIABLES {
+            assert!(!v.doc.is_empty() && !v.shown_default().is_empty(), "{v:?}");
         }
     }
 

@@ -1,5 +1,7 @@
-//! The backup concern: when to take a snapshot, which ones to keep, and which one a lost cluster
-//! comes back from. Pure, like the other planners.
+//! Backups and recovery: when to take a snapshot, which ones to keep, and which one a lost
+//! cluster comes back from. Ranked below membership: a snapshot is taken whenever membership has
+//! no step to take (a wait, such as a held termination, is when a fresh one matters most), and
+//! before a healthy member leaves.
 //!
 //! - A snapshot every `BACKUP_INTERVAL_MINUTES`, skipped while the revision has not moved; and
 //!   before every removal of a healthy member unless the last one is younger than a minute
@@ -10,76 +12,179 @@
 //!   its members' instances is left in the group (a partition leaves them in the group), and no
 //!   instance is in service (one might run an etcd out of reach). `RECOVERY=auto` restores the
 //!   freshest backup; `manual` waits for `<prefix>/restore-request`.
+//! - While the store fails (its listing, or a backup this invocation), no rule here acts: the
+//!   snapshot before a removal is skipped, nothing is restored while the freshest is unknown.
 
 use std::collections::BTreeSet;
 
-use crate::config::{BackupPolicy, Recovery};
-use crate::model::{Backup, ClusterView, MemberId, Observation, Survivor, Timestamp};
+use super::context::{seed_candidate, Context};
+use super::step::{BackupReason, Plan, StaleRequest, Step, Wait};
+use crate::config::{BackupPolicy, Recovery, Settings};
+use crate::model::{
+    quorum, Backup, BackupRef, ClusterRecord, ClusterView, MemberId, MemberStatus, Observation,
+    Restore, SnapshotFacts, Survivor, Timestamp,
+};
 
 /// A removal waits for a snapshot unless the last one is younger than this.
 pub const FRESH_SECS: i64 = 60;
 
-/// Why a snapshot is taken now.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Reason {
-    Scheduled,
-    BeforeRemoval,
-    /// The quorum is lost for good: the freshest survivor's data, before the restore.
-    Survivor,
+/// The policy, unless backups are off or the store fails this invocation.
+fn usable<'a>(obs: &Observation, settings: &'a Settings) -> Option<&'a BackupPolicy> {
+    settings
+        .backup
+        .as_ref()
+        .filter(|_| obs.backups_failing.is_none())
 }
 
-/// etcd's snapshot stream is the database file followed by the SHA-256 of that file (32 bytes):
-/// the server appends it as the stream's last message, and `etcdutl snapshot restore` refuses a
-/// file whose trailer does not match ("snapshot file integrity check failed").
-/// https://github.com/etcd-io/etcd/blob/v3.5.30/server/etcdserver/api/v3rpc/maintenance.go
-/// (Snapshot: "send hash at the end"); etcdutl/snapshot/v3_snapshot.go (restore's check).
-/// Fed the stream chunk by chunk, it keeps the last 32 bytes aside and hashes the rest, so a
-/// truncated or corrupted stream is refused before it is stored.
-#[derive(Default)]
-pub struct SnapshotIntegrity {
-    body: sha2::Sha256,
-    tail: Vec<u8>,
+/// A snapshot of the source member (`source`), with what its manifest records.
+fn snapshot(ctx: &Context, reason: BackupReason) -> Option<Step> {
+    let (member, endpoint) = source(ctx.view)?;
+    let status = ctx.view.statuses.get(&member).cloned().unwrap_or_default();
+    Some(Step::Backup {
+        member,
+        endpoint,
+        reason,
+        facts: facts(
+            ctx.token(),
+            ctx.view.cluster_id,
+            member,
+            status,
+            ctx.obs.now,
+        ),
+    })
 }
 
-const TRAILER: usize = 32;
+fn facts(
+    token: String,
+    cluster_id: u64,
+    member: MemberId,
+    status: MemberStatus,
+    now: Timestamp,
+) -> SnapshotFacts {
+    SnapshotFacts {
+        token,
+        revision: status.revision,
+        cluster_id,
+        member: member.to_string(),
+        etcd_version: status.version,
+        taken_at: now,
+    }
+}
 
-impl SnapshotIntegrity {
-    pub fn feed(&mut self, chunk: &[u8]) {
-        use sha2::Digest;
-        if chunk.len() >= TRAILER {
-            // Everything held back so far, and all of this chunk but its last 32 bytes, is body.
-            self.body.update(&self.tail);
-            let (body, tail) = chunk.split_at(chunk.len() - TRAILER);
-            self.body.update(body);
-            self.tail.clear();
-            self.tail.extend_from_slice(tail);
-        } else {
-            self.tail.extend_from_slice(chunk);
-            let excess = self.tail.len().saturating_sub(TRAILER);
-            self.body.update(&self.tail[..excess]);
-            self.tail.drain(..excess);
+/// The snapshot a healthy member's removal waits for, if the last one is not fresh. Best
+/// effort: while the store fails the member is removed without.
+pub fn before_removal(ctx: &Context) -> Option<Step> {
+    usable(ctx.obs, ctx.settings)?;
+    let stale = stale_for_removal(&ctx.obs.backups, &ctx.token(), ctx.obs.now);
+    stale
+        .then(|| snapshot(ctx, BackupReason::BeforeRemoval))
+        .flatten()
+}
+
+/// A scheduled snapshot when one is due, else a backup retention lets go.
+pub fn scheduled(ctx: &Context) -> Option<Step> {
+    let policy = usable(ctx.obs, ctx.settings)?;
+    let obs = ctx.obs;
+    if due(&obs.backups, &ctx.token(), ctx.view, obs.now, policy) {
+        if let Some(step) = snapshot(ctx, BackupReason::Scheduled) {
+            return Some(step);
         }
     }
+    prunable(obs, policy)
+        .into_iter()
+        .next()
+        .map(|key| Step::Prune { key })
+}
 
-    /// Whether the last 32 bytes are the SHA-256 of everything before them; the error says
-    /// what was wrong (never the data).
-    pub fn verify(self) -> Result<(), String> {
-        use sha2::Digest;
-        if self.tail.len() < TRAILER {
-            return Err(format!(
-                "the stream ended after {} bytes, before etcd's SHA-256 trailer",
-                self.tail.len()
-            ));
+/// A cluster that served answers for nothing: changing nothing unless it is lost for good
+/// (every member gone, or a majority gone with the survivors' data saved first) and a backup
+/// brings its data back.
+pub fn recovery(
+    obs: &Observation,
+    settings: &Settings,
+    record: &ClusterRecord,
+    detail: &str,
+    survivors: &[Survivor],
+) -> Plan {
+    let unreachable = |detail: String| Plan::waiting(Wait::ClusterUnreachable { detail });
+    let Some(policy) = settings.backup.as_ref() else {
+        return unreachable(detail.to_string());
+    };
+    // Whether there is a backup, and which is freshest, is unknown: restore nothing on a
+    // guess (and take no survivor's snapshot into a store that fails).
+    if let Some(why) = &obs.backups_failing {
+        return unreachable(format!(
+            "{detail}; the backup store fails ({why}): nothing is restored"
+        ));
+    }
+    if !every_member_gone(obs) {
+        let Some(survivor) = quorum_lost_for_good(obs, survivors, record.cluster_id, &record.token)
+        else {
+            return unreachable(detail.to_string());
+        };
+        // The survivor's data first, when no backup of this generation is as new.
+        let newer = latest(&obs.backups, &record.token)
+            .is_none_or(|b| b.revision < survivor.status.revision);
+        if newer {
+            return Plan::only(Step::Backup {
+                member: survivor.member,
+                endpoint: survivor.endpoint.clone(),
+                reason: BackupReason::Survivor,
+                facts: facts(
+                    record.token.clone(),
+                    survivor.cluster_id,
+                    survivor.member,
+                    survivor.status.clone(),
+                    obs.now,
+                ),
+            });
         }
-        let digest = self.body.finalize();
-        if digest.as_slice() != self.tail.as_slice() {
-            return Err(
-                "the database's SHA-256 does not match the trailer etcd sent: truncated or \
-                 corrupted on the way"
-                    .into(),
-            );
-        }
-        Ok(())
+    }
+    let Some(seed) = seed_candidate(obs, None) else {
+        return unreachable(format!(
+            "the cluster is lost for good; a launching instance will seed its restore ({detail})"
+        ));
+    };
+    match choose(obs, policy) {
+        Choice::Restore(backup) => Plan::only(Step::Restore {
+            new: restored(record, &backup, &seed.id, settings, obs.now),
+            old: record.clone(),
+            backup,
+        }),
+        Choice::AwaitRequest => Plan::waiting(Wait::AwaitRestoreRequest {
+            stale: stale_request(obs),
+        }),
+        Choice::NoBackup => unreachable(format!(
+            "every member is gone and there is no backup to restore ({detail})"
+        )),
+    }
+}
+
+/// The record of the generation restored from `backup` in place of `old`, seeded by `seed`.
+/// Its snapshot's URL and SHA-256 are the store's to tell when it hands the snapshot over.
+fn restored(
+    old: &ClusterRecord,
+    backup: &Backup,
+    seed: &str,
+    settings: &Settings,
+    now: Timestamp,
+) -> ClusterRecord {
+    ClusterRecord {
+        restored_from: Some(Restore {
+            snapshot: BackupRef {
+                key: backup.key.clone(),
+                url: String::new(),
+                sha256: String::new(),
+            },
+            previous_token: old.token.clone(),
+            previous_seed: old.seed.clone(),
+            previous_created_at: old.created_at,
+        }),
+        ..ClusterRecord::bootstrapping(
+            format!("{}-{seed}", settings.cluster_name),
+            seed.to_string(),
+            now,
+        )
     }
 }
 
@@ -239,7 +344,7 @@ pub fn quorum_lost_for_good<'a>(
         }
         let (remaining, lost): (Vec<_>, Vec<_>) = s.voters.iter().partition(|v| present(&v.name));
         !lost.is_empty()
-            && remaining.len() < crate::planner::quorum(s.voters.len())
+            && remaining.len() < quorum(s.voters.len())
             && remaining.iter().all(|v| answers(&v.name))
     };
     let generation_answers =
@@ -258,21 +363,23 @@ pub fn quorum_lost_for_good<'a>(
 /// written before that generation was created (by a restore, which it may have asked for) would
 /// otherwise restore an old snapshot over fresher data at the next loss, weeks later.
 fn request_for_this_generation(obs: &Observation) -> Option<&str> {
-    let request = obs.published.restore_request.as_deref()?;
-    let created = obs.published.cluster.as_ref().map(|r| r.created_at);
-    match (obs.published.restore_request_at, created) {
-        (Some(at), Some(created)) if at <= created => {
-            tracing::warn!(
-                request,
-                requested_at = at,
-                generation_created_at = created,
-                "ignoring a restore request older than the cluster's current generation: put a \
-                 new one for this loss"
-            );
-            None
-        }
-        _ => Some(request),
+    match stale_request(obs) {
+        Some(_) => None,
+        None => obs.published.restore_request.as_deref(),
     }
+}
+
+/// A restore request older than the current generation (`request_for_this_generation`), which
+/// the wait for a new one reports.
+pub fn stale_request(obs: &Observation) -> Option<StaleRequest> {
+    let request = obs.published.restore_request.as_deref()?;
+    let created = obs.published.cluster.as_ref()?.created_at;
+    let at = obs.published.restore_request_at?;
+    (at <= created).then(|| StaleRequest {
+        request: request.to_string(),
+        requested_at: at,
+        generation_created_at: created,
+    })
 }
 
 pub fn choose(obs: &Observation, policy: &BackupPolicy) -> Choice {
@@ -426,44 +533,6 @@ mod tests {
         assert_eq!(days.len(), old.len());
         assert!(old.len() >= 80, "one a day kept: {}", old.len());
         assert!(kept.iter().any(|b| b.taken_at == now), "the newest is kept");
-    }
-
-    fn stream(db: &[u8]) -> Vec<u8> {
-        use sha2::Digest;
-        let mut s = db.to_vec();
-        s.extend_from_slice(&sha2::Sha256::digest(db));
-        s
-    }
-
-    fn checked(stream: &[u8], chunk: usize) -> Result<(), String> {
-        let mut check = SnapshotIntegrity::default();
-        for c in stream.chunks(chunk.max(1)) {
-            check.feed(c);
-        }
-        check.verify()
-    }
-
-    #[test]
-    fn a_snapshot_stream_is_checked_against_etcds_trailing_sha256_in_any_chunking() {
-        let db: Vec<u8> = (0..10_000u32).map(|n| (n * 7 % 251) as u8).collect();
-        let good = stream(&db);
-        for chunk in [1, 5, 31, 32, 33, 4096, good.len()] {
-            assert_eq!(checked(&good, chunk), Ok(()), "chunks of {chunk}");
-        }
-        let mut flipped = good.clone();
-        flipped[5000] ^= 1;
-        let truncated = &good[..good.len() - 100];
-        for (bad, what) in [(&flipped[..], "flipped"), (truncated, "truncated")] {
-            for chunk in [1, 33, 4096] {
-                let e = checked(bad, chunk).unwrap_err();
-                assert!(e.contains("does not match"), "{what}, {chunk}: {e}");
-            }
-        }
-        // An empty database still has its trailer; a stream shorter than one has none.
-        assert_eq!(checked(&stream(b""), 7), Ok(()));
-        assert!(checked(&good[..20], 7)
-            .unwrap_err()
-            .contains("before etcd's SHA-256 trailer"));
     }
 
     #[test]

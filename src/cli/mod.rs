@@ -1,11 +1,14 @@
 //! What the operator CLI (`etcd-asg`) shows: the same observation and plan the function works
-//! from, as tables for people and JSON for scripts. Pure: the binary does the I/O.
+//! from, as tables for people and JSON for scripts. The renderings here are pure; `commands`
+//! does the I/O.
+
+pub mod commands;
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use serde_json::{json, Value};
 
 use crate::model::{ClusterState, ClusterView, Instance, Member, Observation, Timestamp};
-use crate::planner::{Plan, Removal, Replacement, Step, Wait};
+use crate::planner::{Plan, Step};
 use crate::ports::PrefixGrant;
 
 /// One row of `status`: an instance and its member, or a member no instance answers for.
@@ -166,7 +169,21 @@ pub fn status_text(obs: &Observation, plan: &Plan, rows: &[Row]) -> String {
             (if r.config_published { "published" } else { "-" }).into(),
         ]);
     }
-    let mut out = format!("{table}\n");
+    let mut out = format!("{table}\n{}", state_lines(obs));
+    out += &format!("next: {}\n", plan.step.why());
+    for w in plan
+        .waits
+        .iter()
+        .filter(|w| Step::Wait((*w).clone()) != plan.step)
+    {
+        out += &format!("also waiting: {}\n", w.why());
+    }
+    out
+}
+
+/// The cluster record, the alarms or who still answers: the lines under `status`'s table.
+fn state_lines(obs: &Observation) -> String {
+    let mut out = String::new();
     match &obs.published.cluster {
         Some(r) => {
             out += &format!(
@@ -205,14 +222,6 @@ pub fn status_text(obs: &Observation, plan: &Plan, rows: &[Row]) -> String {
             }
         }
     }
-    out += &format!("next: {}\n", explain_step(&plan.step));
-    for w in plan
-        .waits
-        .iter()
-        .filter(|w| Step::Wait((*w).clone()) != plan.step)
-    {
-        out += &format!("also waiting: {}\n", explain_wait(w));
-    }
     out
 }
 
@@ -244,30 +253,20 @@ pub fn plan_json(plan: &Plan) -> Value {
         "step": plan.step.name(),
         "instance": plan.step.instance(),
         "member": plan.step.member().map(|m| m.to_string()),
-        "why": explain_step(&plan.step),
+        "why": plan.step.why(),
         "waits": plan.waits.iter().map(|w| json!({
             "wait": w.name(),
             "instance": w.instance(),
             "member": w.member().map(|m| m.to_string()),
-            "why": explain_wait(w),
+            "why": w.why(),
         })).collect::<Vec<_>>(),
     })
 }
 
 pub fn plan_text(plan: &Plan) -> String {
-    let mut out = format!(
-        "next step: {}\n  why: {}\n",
-        plan.step.name(),
-        explain_step(&plan.step)
-    );
-    if let Some(i) = plan.step.instance() {
-        out += &format!("  instance: {i}\n");
-    }
-    if let Some(m) = plan.step.member() {
-        out += &format!("  member: {m}\n");
-    }
+    let mut out = format!("next step: {}\n  why: {}\n", plan.step, plan.step.why());
     for w in &plan.waits {
-        out += &format!("waiting: {}\n  why: {}\n", w.name(), explain_wait(w));
+        out += &format!("waiting: {w}\n  why: {}\n", w.why());
     }
     out
 }
@@ -310,164 +309,6 @@ pub fn backups_json(backups: &[crate::model::Backup]) -> Value {
             "revision": b.revision, "size": b.size})
         )
         .collect::<Vec<_>>())
-}
-
-/// The rule behind a step, in a sentence.
-pub fn explain_step(step: &Step) -> String {
-    match step {
-        Step::CreateCluster(r) => format!(
-            "rule 1: no cluster record and no member answers: create the record, seeded by {} (the oldest launching instance)",
-            r.seed
-        ),
-        Step::ReseedCluster { old, new } => format!(
-            "rule 1: the seed {} never served and is gone: replace the record, seeded by {}",
-            old.seed, new.seed
-        ),
-        Step::MarkServed(r) => format!(
-            "rule 0: the seed {} is a started voter: note in the record that the cluster served",
-            r.seed
-        ),
-        Step::Publish { instance, config } => format!(
-            "rule 1/4: publish {instance}'s etcd config (initial-cluster-state {:?}, {} members)",
-            config.state,
-            config.initial_cluster.len()
-        ),
-        Step::AddLearner { instance, peer_url } => format!(
-            "rule 5: {instance} wants membership and no learner exists: add it as a learner at {peer_url}"
-        ),
-        Step::Promote { instance, member } => {
-            format!("rule 4: learner {member} of {instance} has started: promote it")
-        }
-        Step::TransferLeadership { from, to, .. } => format!(
-            "leader {from} must leave or be defragmented: move leadership to {to} first"
-        ),
-        Step::RemoveMember {
-            member,
-            instance,
-            reason,
-        } => {
-            let why = match reason {
-                Removal::Terminating => "its instance is terminating",
-                Removal::LearnerNeverStarted => "its learner never started",
-                Removal::InstanceGone => "its instance left the group",
-                Removal::Replaced => "its etcd is down and its instance is being replaced",
-            };
-            format!(
-                "rule 2: remove member {member}{}: {why}, and the voters that stay keep a quorum",
-                instance.as_ref().map(|i| format!(" ({i})")).unwrap_or_default()
-            )
-        }
-        Step::Unpublish { instance } => {
-            format!("rule 2/7: {instance} has no member and is leaving or gone: delete its config")
-        }
-        Step::Complete {
-            instance,
-            transition,
-            result,
-        } => format!(
-            "rule 2/3: complete {instance}'s {transition} action with {}",
-            result.as_str()
-        ),
-        Step::NoteDown { instance, .. } => {
-            format!("rule 6: {instance}'s etcd does not answer: note since when")
-        }
-        Step::ForgetDown { instance } => {
-            format!("rule 7: {instance} answers again or left: forget its down-mark")
-        }
-        Step::Replace {
-            instance,
-            why: Replacement::Down { down_secs, .. },
-        } => format!(
-            "rule 6: {instance}'s etcd has been down {down_secs} s: mark it Unhealthy so the group replaces it"
-        ),
-        Step::Replace {
-            instance,
-            why: Replacement::OldGeneration { token },
-        } => format!(
-            "rule 6: {instance} survived the restore and still serves the old generation {token}: mark it Unhealthy so a fresh instance joins in its place"
-        ),
-        Step::Replace {
-            instance,
-            why: Replacement::CertificateExpiring { not_after },
-        } => format!(
-            "rule 6: {instance}'s certificate ends at {not_after} (less than a third of its life left): mark it Unhealthy so a fresh instance with a fresh certificate replaces it"
-        ),
-        Step::Compact { revision } => format!(
-            "maintenance: the NOSPACE alarm is raised: compact all history up to revision {revision}, then defragment, then disarm"
-        ),
-        Step::Defragment { member, .. } => {
-            format!("maintenance: member {member}'s database file is mostly free space: defragment it")
-        }
-        Step::EnableAuth => "access: etcd's authentication is off (ETCD_AUTH=on): create the root user the function acts as and turn it on".into(),
-        Step::Disarm(a) => format!(
-            "maintenance: the data fits the quota again: disarm {} of member {}",
-            a.kind, a.member
-        ),
-        Step::Backup { member, reason, .. } => format!(
-            "backups: {} snapshot of member {member} to the bucket",
-            match reason {
-                crate::backup::Reason::Scheduled => "the interval passed and the revision moved: a scheduled",
-                crate::backup::Reason::BeforeRemoval => "a healthy member is about to be removed: a fresh",
-                crate::backup::Reason::Survivor => "the quorum is lost for good and this survivor holds the newest data: a",
-            }
-        ),
-        Step::Prune { key } => format!("backups: retention lets {key} go"),
-        Step::Restore { seed, backup, .. } => format!(
-            "recovery: the cluster is lost for good: start a new generation seeded by {seed}, restored from {} (revision {})",
-            backup.key, backup.revision
-        ),
-        Step::Wait(w) => explain_wait(w),
-        Step::Idle => "nothing to do: membership matches the group and nothing needs maintenance".into(),
-    }
-}
-
-pub fn explain_wait(w: &Wait) -> String {
-    match w {
-        Wait::SeedStarting { instance } => format!("the seed {instance} has its config; waiting for its etcd to start"),
-        Wait::LearnerStarting { instance } => format!("learner {instance} has its config; waiting for its etcd to start"),
-        Wait::ClusterUnreachable { detail } => format!(
-            "a cluster record exists but no member answers as a voter that knows a leader: changing nothing ({detail})"
-        ),
-        Wait::NoSeed => "the seed never served and is gone; waiting for a launching instance to seed anew".into(),
-        Wait::AwaitRestoreRequest => "the cluster is lost for good and RECOVERY=manual: put the backup to restore (a key, or latest) in <prefix>/restore-request".into(),
-        Wait::QuorumGuard { member, instance, blocking } => format!(
-            "removing member {member}{} now would cost quorum: held until the down members ({}) are gone",
-            instance.as_ref().map(|i| format!(" ({i}, terminate hook held)")).unwrap_or_default(),
-            blocking.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
-        ),
-        Wait::VoterNotStarted { member } => format!("voter {member} has not started: no join behind it"),
-        Wait::JoinBlocked { member } => format!(
-            "voter {member} does not answer: etcd refuses every join until it answers or is removed (rule 6 replaces it)"
-        ),
-        Wait::LastVoterHeld { instance, replacement } => format!(
-            "{instance} is the last voter: held until {replacement} has joined and been promoted"
-        ),
-        Wait::LastVoterAwaitsReplacement { instance, desired_capacity } => format!(
-            "{instance} is the last voter and the group wants {desired_capacity} instance(s): held until the replacement is listed, joined and promoted (scale to 0 to end the cluster)"
-        ),
-        Wait::PeerUrlTaken { instance, member } => format!(
-            "{instance}'s peer URL is still held by member {member} of another instance: it joins once that member is removed"
-        ),
-        Wait::MemberDown { instance, member, down_secs } => format!(
-            "member {member} on {instance} has not answered for {down_secs} s: replaced after UNHEALTHY_REPLACE_SECS, one at a time, while the others keep a quorum"
-        ),
-        Wait::MemberUnreachableFromFunction { instance, member, down_secs } => format!(
-            "member {member} on {instance} has not answered the function for {down_secs} s, but its peers are connected to it: not replaced; check the function's route to it (subnets, security groups, network ACLs)"
-        ),
-        Wait::NotYetVisible { step, instance } => format!(
-            "{step}{} was just applied; AWS does not show it yet",
-            instance.as_ref().map(|i| format!(" of {i}")).unwrap_or_default()
-        ),
-        Wait::LiveDataOverQuota { in_use, quota } => format!(
-            "NOSPACE: the live data ({} MiB) fills the quota ({} MiB) even compacted and defragmented: delete data; the alarm stays",
-            in_use >> 20,
-            quota >> 20
-        ),
-        Wait::Refused { step, instance, refusal } => format!(
-            "etcd refuses {step}{} for now ({refusal})",
-            instance.as_ref().map(|i| format!(" of {i}")).unwrap_or_default()
-        ),
-    }
 }
 
 /// Writes `ca.crt`, `USER.crt` and `USER.key` (0600, created new: an existing file is never

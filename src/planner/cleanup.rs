@@ -1,0 +1,50 @@
+//! Rule 7, and down-marks: what is left of instances that are gone or well again.
+
+use super::context::{unpublish, Context};
+use super::step::Step;
+
+/// A down-mark of a member that answers again (or has no member any more) goes at once, before
+/// any other rule: a mark left behind would count a later blip from the first one.
+pub fn forget_recovered(ctx: &Context) -> Option<Step> {
+    ctx.obs
+        .published
+        .down_since
+        .keys()
+        .find(|id| {
+            ctx.obs.instance(id).is_some_and(|i| {
+                ctx.member_of(i)
+                    .is_none_or(|m| ctx.healthy(m) && m.is_started())
+            })
+        })
+        .map(|id| Step::ForgetDown {
+            instance: id.clone(),
+        })
+}
+
+/// Rule 7: configs, key material and down-marks of instances that are gone. A bundle with no
+/// config (handed out by an invocation that died before publishing) goes too: its
+/// certificate's end (`certs/`, written before the bundle and deleted after it) names it.
+pub fn cleanup(ctx: &Context) -> Vec<Step> {
+    let obs = ctx.obs;
+    let gone = |id: &str| obs.instance(id).is_none_or(|i| !i.state.is_present());
+    let published = &obs.published;
+    let configs = published
+        .members
+        .keys()
+        .chain(
+            published
+                .cert_not_after
+                .keys()
+                .filter(|id| !published.members.contains_key(*id)),
+        )
+        .filter(|id| gone(id))
+        .map(|id| unpublish(ctx.settings, id));
+    let marks = published
+        .down_since
+        .keys()
+        .filter(|id| gone(id))
+        .map(|id| Step::ForgetDown {
+            instance: id.clone(),
+        });
+    configs.chain(marks).take(1).collect()
+}

@@ -1,0 +1,301 @@
+//! Rules 2 and 6: members that must go are removed while they are alive and the quorum allows,
+//! and voters that are dead, of an old generation or near their certificate's end are replaced.
+
+use super::context::{by_age, unpublish, Context};
+use super::step::{Removal, Replacement, Step, Wait};
+use crate::model::{ActionResult, Instance, LifecycleState, Member, MemberId, Transition};
+
+/// A member that has to go, and why.
+struct Leaving<'a> {
+    member: &'a Member,
+    instance: Option<&'a Instance>,
+    reason: Removal,
+}
+
+/// Rule 2: every member that must go, the unhealthy ones first (removing a dead member only
+/// restores the quorum's margin), then leaving instances by age, then orphans. A healthy voter
+/// leaves only behind `fresh_snapshot`, when the backup rules want one first.
+pub fn removals(ctx: &Context, fresh_snapshot: Option<Step>) -> Vec<Step> {
+    let mut out = Vec::new();
+    let mut leaving = terminating(ctx, &mut out);
+    leaving.extend(departed(ctx));
+    // Stable: within the same health, the order above (leaving by age, then orphans by id).
+    leaving.sort_by_key(|l| ctx.healthy(l.member));
+    for l in &leaving {
+        out.push(removal(ctx, l, fresh_snapshot.as_ref()));
+    }
+    // Action steps before waits, in the order found.
+    out.sort_by_key(|s| matches!(s, Step::Wait(_)));
+    out
+}
+
+/// Terminating instances: the members to remove, and (into `out`) what is done for those that
+/// have none (their config deleted, their action completed) or are the last voter.
+fn terminating<'a>(ctx: &Context<'a>, out: &mut Vec<Step>) -> Vec<Leaving<'a>> {
+    let mut leaving = Vec::new();
+    for i in by_age(&ctx.obs.instances)
+        .into_iter()
+        .filter(|i| i.state == LifecycleState::TerminatingWait)
+    {
+        let Some(m) = ctx.member_of(i) else {
+            out.push(release(ctx, i));
+            continue;
+        };
+        if !m.is_learner && ctx.view.voters().count() == 1 {
+            out.push(last_voter(ctx, i));
+            continue;
+        }
+        leaving.push(Leaving {
+            member: m,
+            instance: Some(i),
+            reason: Removal::Terminating,
+        });
+    }
+    leaving
+}
+
+/// A leaving instance without a member: its config goes, then its action completes.
+fn release(ctx: &Context, i: &Instance) -> Step {
+    if ctx.obs.published.members.contains_key(&i.id) {
+        unpublish(ctx.settings, &i.id)
+    } else {
+        Step::Complete {
+            instance: i.id.clone(),
+            transition: Transition::Terminate,
+            result: ActionResult::Continue,
+        }
+    }
+}
+
+/// The last voter: replace before remove. With a replacement on its way, hold the instance
+/// until it has joined and been promoted; with none and a desired capacity of 0 (the group
+/// scaled to zero), the cluster ends with it. (Its address may not be known yet: it is a
+/// replacement all the same.)
+fn last_voter(ctx: &Context, i: &Instance) -> Step {
+    let replacement = by_age(&ctx.obs.instances)
+        .into_iter()
+        .find(|r| r.id != i.id && r.state.wants_membership() && r.healthy);
+    match replacement {
+        Some(r) => Step::Wait(Wait::LastVoterHeld {
+            instance: i.id.clone(),
+            replacement: r.id.clone(),
+        }),
+        // The group still wants instances: a replacement is coming even if it is not listed
+        // yet (Auto Scaling launches it once this one is on its way out, and its
+        // DescribeAutoScalingGroups is eventually consistent). Ending the only voter now would
+        // lose the cluster.
+        None if ctx.obs.desired_capacity > 0 => Step::Wait(Wait::LastVoterAwaitsReplacement {
+            instance: i.id.clone(),
+            desired_capacity: ctx.obs.desired_capacity,
+        }),
+        None => release(ctx, i),
+    }
+}
+
+/// Voters whose instance left the group, and dead voters whose instance is marked Unhealthy.
+fn departed<'a>(ctx: &Context<'a>) -> Vec<Leaving<'a>> {
+    let mut voters: Vec<&Member> = ctx.view.voters().collect();
+    voters.sort_by_key(|m| m.id);
+    voters
+        .into_iter()
+        .filter_map(|m| {
+            let instance = ctx.instance_of(m);
+            let reason = if instance.is_none_or(|i| !i.state.is_present()) {
+                Removal::InstanceGone
+            } else if instance.is_some_and(|i| {
+                !i.healthy && i.state != LifecycleState::TerminatingWait && !ctx.healthy(m)
+            }) {
+                // Removing a dead voter never lowers the failures the cluster tolerates.
+                Removal::Replaced
+            } else {
+                return None;
+            };
+            Some(Leaving {
+                member: m,
+                instance,
+                reason,
+            })
+        })
+        .collect()
+}
+
+/// One member's removal: held by the quorum guard, after a fresh snapshot, after handing over
+/// leadership, or now.
+fn removal(ctx: &Context, l: &Leaving, fresh_snapshot: Option<&Step>) -> Step {
+    let m = l.member;
+    if !ctx.removal_keeps_quorum(m) {
+        return Step::Wait(Wait::QuorumGuard {
+            member: m.id,
+            instance: l
+                .instance
+                .filter(|i| i.state == LifecycleState::TerminatingWait)
+                .map(|i| i.id.clone()),
+            blocking: ctx.down_voters(),
+        });
+    }
+    // A healthy member leaves only behind a fresh snapshot; a dead one never waits.
+    if ctx.healthy(m) && !m.is_learner {
+        if let Some(step) = fresh_snapshot {
+            return step.clone();
+        }
+    }
+    // Only a leader that answers can hand over; a hung one loses leadership to an election
+    // anyway, and the removal goes to another member.
+    if ctx.view.leader == Some(m.id) && !m.is_learner && ctx.healthy(m) {
+        if let (Some(to), Some(endpoint)) = (transferee(ctx, m.id), m.client_urls.first()) {
+            return Step::TransferLeadership {
+                from: m.id,
+                to,
+                leader_endpoint: endpoint.clone(),
+            };
+        }
+    }
+    Step::RemoveMember {
+        member: m.id,
+        instance: l.instance.map(|i| i.id.clone()),
+        reason: l.reason,
+        endpoint: ctx.endpoint_avoiding(Some(m.id)),
+    }
+}
+
+/// A started, healthy voter that is staying.
+fn transferee(ctx: &Context, from: MemberId) -> Option<MemberId> {
+    ctx.view
+        .voters()
+        .filter(|v| v.id != from && v.is_started() && ctx.healthy(v))
+        .filter(|v| {
+            ctx.instance_of(v)
+                .is_some_and(|i| i.state != LifecycleState::TerminatingWait)
+        })
+        .map(|v| v.id)
+        .min()
+}
+
+/// Rule 6: voters whose etcd is down while their instance is in service; then instances of an
+/// old generation, then certificates near their end, each only while nothing else changes.
+pub fn replacements(ctx: &Context) -> Vec<Step> {
+    // A learner joining, or an instance the group is already replacing. (A held termination
+    // is not: the replacement of a dead member is what unblocks it.)
+    let change_under_way =
+        ctx.view.learners().next().is_some() || ctx.obs.instances.iter().any(|i| !i.healthy);
+    let mut out = down(ctx, change_under_way);
+    out.extend(old_generation(ctx, change_under_way || !out.is_empty()));
+    let busy = change_under_way
+        || !out.is_empty()
+        || ctx.obs.instances.iter().any(|i| i.state.is_launching());
+    out.extend(expiring(ctx, busy));
+    out.sort_by_key(|s| matches!(s, Step::Wait(_)));
+    out
+}
+
+/// Started voters that do not answer, on in-service instances: noted, waited for, replaced.
+fn down(ctx: &Context, change_under_way: bool) -> Vec<Step> {
+    let mut out = Vec::new();
+    let mut voters: Vec<&Member> = ctx.view.voters().collect();
+    voters.sort_by_key(|m| m.id);
+    for m in voters
+        .into_iter()
+        .filter(|m| m.is_started() && !ctx.healthy(m))
+    {
+        let Some(i) = ctx
+            .instance_of(m)
+            .filter(|i| i.state == LifecycleState::InService && i.healthy)
+        else {
+            continue;
+        };
+        let Some(&since) = ctx.obs.published.down_since.get(&i.id) else {
+            out.push(Step::NoteDown {
+                instance: i.id.clone(),
+                since: ctx.obs.now,
+            });
+            continue;
+        };
+        let down_secs = ctx.obs.now - since;
+        // A second view before replacing: its peers still hold a raft connection to it.
+        if ctx.view.peer_connected.contains(&m.id) {
+            out.push(Step::Wait(Wait::MemberUnreachableFromFunction {
+                instance: i.id.clone(),
+                member: m.id,
+                down_secs,
+            }));
+            continue;
+        }
+        // One at a time, and only when its terminate hook will be able to remove it.
+        let replace = down_secs >= ctx.settings.unhealthy_replace_secs
+            && !change_under_way
+            && ctx.removal_keeps_quorum(m)
+            && !out.iter().any(|s| matches!(s, Step::Replace { .. }));
+        out.push(if replace {
+            Step::Replace {
+                instance: i.id.clone(),
+                why: Replacement::Down {
+                    member: m.id,
+                    down_secs,
+                },
+            }
+        } else {
+            Step::Wait(Wait::MemberDown {
+                instance: i.id.clone(),
+                member: m.id,
+                down_secs,
+            })
+        });
+    }
+    out
+}
+
+/// Instances that survived a restore run the old generation's etcd (their config names an
+/// earlier token) and never join the new one: each is replaced by a fresh instance, one at a
+/// time, only while every voter answers and nothing else changes.
+fn old_generation(ctx: &Context, busy: bool) -> Option<Step> {
+    let record = ctx.obs.published.cluster.as_ref()?;
+    let all_voters_answer = ctx.view.voters().all(|m| ctx.healthy(m));
+    if busy || !all_voters_answer {
+        return None;
+    }
+    by_age(&ctx.obs.instances).into_iter().find_map(|i| {
+        let p = ctx.obs.published.members.get(&i.id)?;
+        let stale = i.state == LifecycleState::InService
+            && i.healthy
+            && ctx.member_of(i).is_none()
+            && p.config.token != record.token;
+        stale.then(|| Step::Replace {
+            instance: i.id.clone(),
+            why: Replacement::OldGeneration {
+                token: p.config.token.clone(),
+            },
+        })
+    })
+}
+
+/// TLS=managed: the voter whose certificate ends first, once less than a third of its life
+/// is left, is replaced; one at a time, only while every voter answers and nothing else
+/// changes (a launching instance included). A cluster of one too: its only voter's
+/// termination is held until the replacement is a voter (the last-voter hold), and while the
+/// group's desired capacity says one is coming even before it is listed (a health replacement
+/// that terminates first), so the replacement joins first whatever order the group takes;
+/// without rotation its certificate would end and the cluster stop.
+fn expiring(ctx: &Context, busy: bool) -> Option<Step> {
+    let life = ctx.settings.member_cert_secs?;
+    let single = ctx.view.voters().count() == 1;
+    if busy || !ctx.view.voters().all(|m| ctx.healthy(m)) {
+        return None;
+    }
+    ctx.view
+        .voters()
+        .filter_map(|m| {
+            let i = ctx
+                .instance_of(m)
+                .filter(|i| i.state == LifecycleState::InService && i.healthy)?;
+            if !single && !ctx.removal_keeps_quorum(m) {
+                return None;
+            }
+            let &not_after = ctx.obs.published.cert_not_after.get(&i.id)?;
+            (not_after - ctx.obs.now < life / 3).then_some((not_after, i.id.clone()))
+        })
+        .min()
+        .map(|(not_after, instance)| Step::Replace {
+            instance,
+            why: Replacement::CertificateExpiring { not_after },
+        })
+}

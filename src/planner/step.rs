@@ -1,0 +1,626 @@
+//! The planner's vocabulary: the steps it can choose, the waits it can report, and their one
+//! rendering. `Display` is the short form every log line, response and CLI screen uses
+//! (`remove-member i-0abc member 51ea4121aab8f43d`); `why` is the rule behind it, in a sentence.
+//!
+//! A step carries everything applying it needs (endpoints, records, facts): the reconciler only
+//! translates it into port calls.
+
+use std::fmt;
+
+use crate::model::{
+    ActionResult, Alarm, Backup, ClusterRecord, MemberConfig, MemberId, SnapshotFacts, Timestamp,
+    Transition,
+};
+
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Step {
+    CreateCluster(ClusterRecord),
+    /// Replace `old`, whose seed never served, with `new`: only if `old` is still the record. A
+    /// restored generation's snapshot is handed over to the new seed first.
+    ReseedCluster {
+        old: ClusterRecord,
+        new: ClusterRecord,
+    },
+    /// Rewrite the record as having served, with the cluster's id.
+    MarkServed(ClusterRecord),
+    Publish {
+        instance: String,
+        config: MemberConfig,
+        /// TLS=managed and the instance has no bundle yet: issue its certificate first.
+        certificate: Option<MemberCertificate>,
+    },
+    AddLearner {
+        instance: String,
+        peer_url: String,
+        /// The voter that answered the member list.
+        endpoint: String,
+    },
+    Promote {
+        instance: String,
+        member: MemberId,
+        /// The leader's client URL: a follower forwards a promote without the caller's token,
+        /// which the leader refuses once authentication is on, until the call times out
+        /// (etcd-io/etcd#20757; fixed in 3.5 and 3.6 in 2026, never in 3.4).
+        endpoint: String,
+    },
+    TransferLeadership {
+        from: MemberId,
+        to: MemberId,
+        leader_endpoint: String,
+    },
+    RemoveMember {
+        member: MemberId,
+        instance: Option<String>,
+        reason: Removal,
+        /// A voter that answered, not the member being removed when another can take the call.
+        endpoint: String,
+    },
+    Unpublish {
+        instance: String,
+        /// TLS=managed: its key material (bundle and certificate end) goes first.
+        key_material: bool,
+    },
+    Complete {
+        instance: String,
+        transition: Transition,
+        result: ActionResult,
+    },
+    /// Remember when this in-service instance's etcd was first seen not answering.
+    NoteDown {
+        instance: String,
+        since: Timestamp,
+    },
+    /// Its etcd answers again, or it left: forget the mark.
+    ForgetDown {
+        instance: String,
+    },
+    /// Have the group replace an instance (SetInstanceHealth Unhealthy), through its hooks.
+    Replace {
+        instance: String,
+        why: Replacement,
+    },
+    /// Maintenance under NOSPACE: compact all history up to `revision`.
+    Compact {
+        revision: i64,
+        endpoint: String,
+    },
+    /// Defragment one member, through its own client URL.
+    Defragment {
+        member: MemberId,
+        endpoint: String,
+    },
+    /// Deactivate an alarm once its cause is gone.
+    Disarm {
+        alarm: Alarm,
+        endpoint: String,
+    },
+    /// Turn etcd's authentication on (ETCD_AUTH=on): the cluster serves and it is off.
+    EnableAuth {
+        endpoint: String,
+    },
+    /// Stream a snapshot of `member` into the backup store, recorded with `facts`.
+    Backup {
+        member: MemberId,
+        endpoint: String,
+        reason: BackupReason,
+        facts: SnapshotFacts,
+    },
+    /// Delete a backup retention lets go.
+    Prune {
+        key: String,
+    },
+    /// The cluster that served is lost for good (every member gone, or a majority gone and the
+    /// survivors' data saved): `new` replaces `old` (once), seeded by `new.seed` from `backup`.
+    /// Only the store can say where the seed fetches the snapshot and what it hashes to: its
+    /// hand-over completes `new`'s `restored_from.snapshot`.
+    Restore {
+        old: ClusterRecord,
+        new: ClusterRecord,
+        backup: Backup,
+    },
+    Wait(Wait),
+    Idle,
+}
+
+/// TLS=managed: the certificate a member is issued before its config is published.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct MemberCertificate {
+    /// The address it names (besides the instance id and MEMBER_CERT_EXTRA_SANS).
+    pub address: String,
+}
+
+/// A restore request written before the current generation was created: not for this loss.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct StaleRequest {
+    pub request: String,
+    pub requested_at: Timestamp,
+    pub generation_created_at: Timestamp,
+}
+
+/// Why an in-service instance is replaced.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Replacement {
+    /// Its voter's etcd has been down this long.
+    Down { member: MemberId, down_secs: i64 },
+    /// It survived a cluster that was restored into a new generation: its etcd serves the old
+    /// one (config of `token`), and a fresh instance joins the new one in its place.
+    OldGeneration { token: String },
+    /// TLS=managed: its member certificate has less than a third of its life left; a fresh
+    /// instance gets a fresh certificate (no reload in place).
+    CertificateExpiring { not_after: Timestamp },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Removal {
+    Terminating,
+    LearnerNeverStarted,
+    InstanceGone,
+    /// Its etcd is down and its instance is marked Unhealthy: the group replaces it, possibly
+    /// launching the replacement first, which cannot join while the dead member counts.
+    Replaced,
+}
+
+/// Why a snapshot is taken now.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum BackupReason {
+    Scheduled,
+    BeforeRemoval,
+    /// The quorum is lost for good: the freshest survivor's data, before the restore.
+    Survivor,
+}
+
+/// Work remains, but no step is safe or useful right now.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Wait {
+    SeedStarting {
+        instance: String,
+    },
+    LearnerStarting {
+        instance: String,
+    },
+    /// A cluster record exists but no member answers: never bootstrap again, change nothing.
+    ClusterUnreachable {
+        detail: String,
+    },
+    /// A record that never served, whose seed is gone, and no launching instance to seed anew.
+    NoSeed,
+    /// Every member is gone and RECOVERY=manual: waiting for `<prefix>/restore-request`; one
+    /// found there older than the lost generation is `stale` (never used: it was for an
+    /// earlier loss).
+    AwaitRestoreRequest {
+        stale: Option<StaleRequest>,
+    },
+    /// Removing this member now would leave fewer healthy voters than a quorum; `instance` is held
+    /// in its terminate hook meanwhile, `blocking` are the voters whose etcd is down.
+    QuorumGuard {
+        member: MemberId,
+        instance: Option<String>,
+        blocking: Vec<MemberId>,
+    },
+    VoterNotStarted {
+        member: MemberId,
+    },
+    /// The last voter's instance is held until `replacement` has joined and been promoted.
+    LastVoterHeld {
+        instance: String,
+        replacement: String,
+    },
+    /// The last voter is leaving and no replacement is listed yet, but the group's desired
+    /// capacity says one is coming: held (heartbeats) until it is listed, then `LastVoterHeld`.
+    LastVoterAwaitsReplacement {
+        instance: String,
+        desired_capacity: u32,
+    },
+    /// A voter does not answer, and etcd refuses every add until it answers or is removed.
+    JoinBlocked {
+        member: MemberId,
+    },
+    /// A started member of another instance holds this instance's peer URL (a reused address):
+    /// it must be removed before this instance can join.
+    PeerUrlTaken {
+        instance: String,
+        member: MemberId,
+    },
+    /// A voter's etcd is down while its instance is in service; replaced once down long enough
+    /// and only while the other voters keep a quorum.
+    MemberDown {
+        instance: String,
+        member: MemberId,
+        down_secs: i64,
+    },
+    /// A voter the function cannot reach, but to which an answering member reports an active
+    /// raft connection: down for the function only (a route, an ACL, an ENI problem). Never
+    /// replaced on the function's view alone; a replacement in the same place could look down
+    /// again, a loop at quorum margin zero.
+    MemberUnreachableFromFunction {
+        instance: String,
+        member: MemberId,
+        down_secs: i64,
+    },
+    /// The observation still calls for a step this invocation has just applied (AWS is
+    /// eventually consistent: a completed action can show a while longer): a later invocation
+    /// sees it done.
+    NotYetVisible {
+        step: &'static str,
+        instance: Option<String>,
+    },
+    /// NOSPACE: history compacted and every member defragmented, and the live data alone still
+    /// fills the backend quota. Disarming would only alarm again: data must be deleted.
+    LiveDataOverQuota {
+        in_use: u64,
+        quota: u64,
+    },
+    /// etcd refused a step with an answer that means "not yet" (a member down, the learner not in
+    /// sync, too few started members) for longer than this invocation could wait.
+    Refused {
+        step: &'static str,
+        instance: Option<String>,
+        refusal: String,
+    },
+}
+
+/// The next step, and every wait a rule reported on the way: what `plan` would say and why.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Plan {
+    pub step: Step,
+    pub waits: Vec<Wait>,
+}
+
+impl Plan {
+    /// A step found before any rule could report a wait (the record's bookkeeping).
+    pub fn only(step: Step) -> Self {
+        match step {
+            Step::Wait(w) => Self::waiting(w),
+            step => Self {
+                step,
+                waits: vec![],
+            },
+        }
+    }
+
+    pub fn waiting(w: Wait) -> Self {
+        Self {
+            step: Step::Wait(w.clone()),
+            waits: vec![w],
+        }
+    }
+}
+
+impl Step {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::CreateCluster(_) => "create-cluster",
+            Self::ReseedCluster { .. } => "reseed-cluster",
+            Self::MarkServed(_) => "mark-served",
+            Self::Publish { .. } => "publish-config",
+            Self::AddLearner { .. } => "add-learner",
+            Self::Promote { .. } => "promote",
+            Self::TransferLeadership { .. } => "transfer-leadership",
+            Self::RemoveMember { .. } => "remove-member",
+            Self::Unpublish { .. } => "unpublish-config",
+            Self::Complete { .. } => "complete-lifecycle-action",
+            Self::NoteDown { .. } => "note-down",
+            Self::ForgetDown { .. } => "forget-down",
+            Self::Replace { .. } => "replace-instance",
+            Self::Compact { .. } => "compact",
+            Self::Defragment { .. } => "defragment",
+            Self::Disarm { .. } => "disarm-alarm",
+            Self::EnableAuth { .. } => "enable-auth",
+            Self::Backup { .. } => "backup",
+            Self::Prune { .. } => "prune-backup",
+            Self::Restore { .. } => "restore",
+            Self::Wait(_) => "wait",
+            Self::Idle => "idle",
+        }
+    }
+
+    pub fn instance(&self) -> Option<&str> {
+        match self {
+            Self::CreateCluster(r) | Self::MarkServed(r) => Some(&r.seed),
+            Self::ReseedCluster { new, .. } | Self::Restore { new, .. } => Some(&new.seed),
+            Self::Publish { instance, .. }
+            | Self::AddLearner { instance, .. }
+            | Self::Promote { instance, .. }
+            | Self::Unpublish { instance, .. }
+            | Self::Complete { instance, .. }
+            | Self::NoteDown { instance, .. }
+            | Self::ForgetDown { instance }
+            | Self::Replace { instance, .. } => Some(instance),
+            Self::RemoveMember { instance, .. } => instance.as_deref(),
+            Self::Wait(w) => w.instance(),
+            _ => None,
+        }
+    }
+
+    pub fn member(&self) -> Option<MemberId> {
+        match self {
+            Self::Promote { member, .. }
+            | Self::RemoveMember { member, .. }
+            | Self::Defragment { member, .. }
+            | Self::Backup { member, .. } => Some(*member),
+            Self::Disarm { alarm, .. } => Some(alarm.member),
+            Self::Replace {
+                why: Replacement::Down { member, .. },
+                ..
+            } => Some(*member),
+            Self::TransferLeadership { from, .. } => Some(*from),
+            Self::Wait(w) => w.member(),
+            _ => None,
+        }
+    }
+
+    /// Whether `other` is this step again (the same kind, for the same instance and member).
+    pub fn is_again(&self, other: &Step) -> bool {
+        (self.name(), self.instance(), self.member())
+            == (other.name(), other.instance(), other.member())
+    }
+}
+
+impl Wait {
+    /// Whether this wait usually ends within seconds (a process starting), so an invocation may
+    /// poll for it; others (a dead member, a replacement) take minutes and are left to the schedule.
+    pub fn is_short(&self) -> bool {
+        matches!(
+            self,
+            Self::SeedStarting { .. }
+                | Self::LearnerStarting { .. }
+                | Self::VoterNotStarted { .. }
+                | Self::LastVoterHeld { .. }
+                | Self::LastVoterAwaitsReplacement { .. }
+        )
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::SeedStarting { .. } => "seed-starting",
+            Self::LearnerStarting { .. } => "learner-starting",
+            Self::ClusterUnreachable { .. } => "cluster-unreachable",
+            Self::NoSeed => "no-seed",
+            Self::AwaitRestoreRequest { .. } => "await-restore-request",
+            Self::QuorumGuard { .. } => "quorum-guard",
+            Self::VoterNotStarted { .. } => "voter-not-started",
+            Self::LastVoterHeld { .. } => "last-voter-held",
+            Self::LastVoterAwaitsReplacement { .. } => "last-voter-awaits-replacement",
+            Self::PeerUrlTaken { .. } => "peer-url-taken",
+            Self::JoinBlocked { .. } => "join-blocked",
+            Self::MemberDown { .. } => "member-down",
+            Self::MemberUnreachableFromFunction { .. } => "member-unreachable-from-function",
+            Self::NotYetVisible { .. } => "not-yet-visible",
+            Self::Refused { .. } => "refused-for-now",
+            Self::LiveDataOverQuota { .. } => "live-data-over-quota",
+        }
+    }
+
+    pub fn instance(&self) -> Option<&str> {
+        match self {
+            Self::SeedStarting { instance }
+            | Self::LearnerStarting { instance }
+            | Self::LastVoterHeld { instance, .. }
+            | Self::LastVoterAwaitsReplacement { instance, .. }
+            | Self::PeerUrlTaken { instance, .. }
+            | Self::MemberDown { instance, .. }
+            | Self::MemberUnreachableFromFunction { instance, .. } => Some(instance),
+            Self::QuorumGuard { instance, .. }
+            | Self::NotYetVisible { instance, .. }
+            | Self::Refused { instance, .. } => instance.as_deref(),
+            _ => None,
+        }
+    }
+
+    pub fn member(&self) -> Option<MemberId> {
+        match self {
+            Self::QuorumGuard { member, .. }
+            | Self::VoterNotStarted { member }
+            | Self::JoinBlocked { member }
+            | Self::PeerUrlTaken { member, .. }
+            | Self::MemberDown { member, .. }
+            | Self::MemberUnreachableFromFunction { member, .. } => Some(*member),
+            _ => None,
+        }
+    }
+}
+
+/// `name [instance] [member id]`: what it is, and whom it is for.
+fn identify(
+    f: &mut fmt::Formatter<'_>,
+    name: &str,
+    instance: Option<&str>,
+    member: Option<MemberId>,
+) -> fmt::Result {
+    f.write_str(name)?;
+    if let Some(i) = instance {
+        write!(f, " {i}")?;
+    }
+    if let Some(m) = member {
+        write!(f, " member {m}")?;
+    }
+    Ok(())
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Self::Wait(w) = self {
+            return w.fmt(f);
+        }
+        identify(f, self.name(), self.instance(), self.member())?;
+        if let Self::Complete { result, .. } = self {
+            write!(f, " {}", result.as_str())?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Wait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        identify(f, self.name(), self.instance(), self.member())?;
+        match self {
+            Self::Refused { step, refusal, .. } => write!(f, " ({step}: {refusal})"),
+            Self::ClusterUnreachable { detail } => write!(f, ": {detail}"),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Step {
+    /// The rule behind the step, in a sentence (the CLI's `plan`, the decision log line).
+    /// Long: one arm per step, each its sentence; split, the wording would only scatter.
+    pub fn why(&self) -> String {
+        match self {
+            Self::CreateCluster(r) => format!(
+                "rule 1: no cluster record and no member answers: create the record, seeded by {} (the oldest launching instance)",
+                r.seed
+            ),
+            Self::ReseedCluster { old, new } => format!(
+                "rule 1: the seed {} never served and is gone: replace the record, seeded by {}",
+                old.seed, new.seed
+            ),
+            Self::MarkServed(r) => format!(
+                "rule 0: the seed {} is a started voter: note in the record that the cluster served",
+                r.seed
+            ),
+            Self::Publish { instance, config, .. } => format!(
+                "rule 1/4: publish {instance}'s etcd config (initial-cluster-state {:?}, {} members)",
+                config.state,
+                config.initial_cluster.len()
+            ),
+            Self::AddLearner { instance, peer_url, .. } => format!(
+                "rule 5: {instance} wants membership and no learner exists: add it as a learner at {peer_url}"
+            ),
+            Self::Promote { instance, member, .. } => {
+                format!("rule 4: learner {member} of {instance} has started: promote it")
+            }
+            Self::TransferLeadership { from, to, .. } => format!(
+                "leader {from} must leave or be defragmented: move leadership to {to} first"
+            ),
+            Self::RemoveMember {
+                member,
+                instance,
+                reason,
+                ..
+            } => {
+                let why = match reason {
+                    Removal::Terminating => "its instance is terminating",
+                    Removal::LearnerNeverStarted => "its learner never started",
+                    Removal::InstanceGone => "its instance left the group",
+                    Removal::Replaced => "its etcd is down and its instance is being replaced",
+                };
+                format!(
+                    "rule 2: remove member {member}{}: {why}, and the voters that stay keep a quorum",
+                    instance.as_ref().map(|i| format!(" ({i})")).unwrap_or_default()
+                )
+            }
+            Self::Unpublish { instance, .. } => {
+                format!("rule 2/7: {instance} has no member and is leaving or gone: delete its config")
+            }
+            Self::Complete {
+                instance,
+                transition,
+                result,
+            } => format!(
+                "rule 2/3: complete {instance}'s {transition} action with {}",
+                result.as_str()
+            ),
+            Self::NoteDown { instance, .. } => {
+                format!("rule 6: {instance}'s etcd does not answer: note since when")
+            }
+            Self::ForgetDown { instance } => {
+                format!("rule 7: {instance} answers again or left: forget its down-mark")
+            }
+            Self::Replace { instance, why } => match why {
+                Replacement::Down { down_secs, .. } => format!(
+                    "rule 6: {instance}'s etcd has been down {down_secs} s: mark it Unhealthy so the group replaces it"
+                ),
+                Replacement::OldGeneration { token } => format!(
+                    "rule 6: {instance} survived the restore and still serves the old generation {token}: mark it Unhealthy so a fresh instance joins in its place"
+                ),
+                Replacement::CertificateExpiring { not_after } => format!(
+                    "rule 6: {instance}'s certificate ends at {not_after} (less than a third of its life left): mark it Unhealthy so a fresh instance with a fresh certificate replaces it"
+                ),
+            },
+            Self::Compact { revision, .. } => format!(
+                "maintenance: the NOSPACE alarm is raised: compact all history up to revision {revision}, then defragment, then disarm"
+            ),
+            Self::Defragment { member, .. } => {
+                format!("maintenance: member {member}'s database file is mostly free space: defragment it")
+            }
+            Self::EnableAuth { .. } => "access: etcd's authentication is off (ETCD_AUTH=on): create the root user the function acts as and turn it on".into(),
+            Self::Disarm { alarm, .. } => format!(
+                "maintenance: the data fits the quota again: disarm {} of member {}",
+                alarm.kind, alarm.member
+            ),
+            Self::Backup { member, reason, .. } => format!(
+                "backups: {} snapshot of member {member} to the bucket",
+                match reason {
+                    BackupReason::Scheduled => "the interval passed and the revision moved: a scheduled",
+                    BackupReason::BeforeRemoval => "a healthy member is about to be removed: a fresh",
+                    BackupReason::Survivor => "the quorum is lost for good and this survivor holds the newest data: a",
+                }
+            ),
+            Self::Prune { key } => format!("backups: retention lets {key} go"),
+            Self::Restore { new, backup, .. } => format!(
+                "recovery: the cluster is lost for good: start a new generation seeded by {}, restored from {} (revision {})",
+                new.seed, backup.key, backup.revision
+            ),
+            Self::Wait(w) => w.why(),
+            Self::Idle => "nothing to do: membership matches the group and nothing needs maintenance".into(),
+        }
+    }
+}
+
+impl Wait {
+    /// What is waited for, and what ends the wait, in a sentence.
+    pub fn why(&self) -> String {
+        match self {
+            Self::SeedStarting { instance } => format!("the seed {instance} has its config; waiting for its etcd to start"),
+            Self::LearnerStarting { instance } => format!("learner {instance} has its config; waiting for its etcd to start"),
+            Self::ClusterUnreachable { detail } => format!(
+                "a cluster record exists but no member answers as a voter that knows a leader: changing nothing ({detail})"
+            ),
+            Self::NoSeed => "the seed never served and is gone; waiting for a launching instance to seed anew".into(),
+            Self::AwaitRestoreRequest { stale } => format!(
+                "the cluster is lost for good and RECOVERY=manual: put the backup to restore (a key, or latest) in <prefix>/restore-request{}",
+                stale.as_ref().map(|s| format!(
+                    " (the request there, {:?}, was written at {}, before the current generation was created at {}: it was for an earlier loss)",
+                    s.request, s.requested_at, s.generation_created_at
+                )).unwrap_or_default()
+            ),
+            Self::QuorumGuard { member, instance, blocking } => format!(
+                "removing member {member}{} now would cost quorum: held until the down members ({}) are gone",
+                instance.as_ref().map(|i| format!(" ({i}, terminate hook held)")).unwrap_or_default(),
+                blocking.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            ),
+            Self::VoterNotStarted { member } => format!("voter {member} has not started: no join behind it"),
+            Self::JoinBlocked { member } => format!(
+                "voter {member} does not answer: etcd refuses every join until it answers or is removed (rule 6 replaces it)"
+            ),
+            Self::LastVoterHeld { instance, replacement } => format!(
+                "{instance} is the last voter: held until {replacement} has joined and been promoted"
+            ),
+            Self::LastVoterAwaitsReplacement { instance, desired_capacity } => format!(
+                "{instance} is the last voter and the group wants {desired_capacity} instance(s): held until the replacement is listed, joined and promoted (scale to 0 to end the cluster)"
+            ),
+            Self::PeerUrlTaken { instance, member } => format!(
+                "{instance}'s peer URL is still held by member {member} of another instance: it joins once that member is removed"
+            ),
+            Self::MemberDown { instance, member, down_secs } => format!(
+                "member {member} on {instance} has not answered for {down_secs} s: replaced after UNHEALTHY_REPLACE_SECS, one at a time, while the others keep a quorum"
+            ),
+            Self::MemberUnreachableFromFunction { instance, member, down_secs } => format!(
+                "member {member} on {instance} has not answered the function for {down_secs} s, but its peers are connected to it: not replaced; check the function's route to it (subnets, security groups, network ACLs)"
+            ),
+            Self::NotYetVisible { step, instance } => format!(
+                "{step}{} was just applied; AWS does not show it yet",
+                instance.as_ref().map(|i| format!(" of {i}")).unwrap_or_default()
+            ),
+            Self::LiveDataOverQuota { in_use, quota } => format!(
+                "NOSPACE: the live data ({} MiB) fills the quota ({} MiB) even compacted and defragmented: delete data; the alarm stays",
+                in_use >> 20,
+                quota >> 20
+            ),
+            Self::Refused { step, instance, refusal } => format!(
+                "etcd refuses {step}{} for now ({refusal})",
+                instance.as_ref().map(|i| format!(" of {i}")).unwrap_or_default()
+            ),
+        }
+    }
+}

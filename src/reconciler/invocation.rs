@@ -1,0 +1,339 @@
+//! One invocation's state: where its time went, what it applied, what it waits on, how often its
+//! steps failed, and what it listed of the backup store. `finish` makes the response;
+//! `after_error` decides what a failed step means: try again, wait, go on without backups, or
+//! fail the invocation.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tracing::{info, warn};
+
+use crate::error::{Class, Error};
+use crate::metrics::Metrics;
+use crate::model::{Backup, Observation, Timestamp};
+use crate::planner::{Plan, Step, Wait};
+
+/// What an invocation returns. A rejected event is a successful invocation: retrying it cannot
+/// make it valid, and the log line says why it was refused.
+#[derive(Serialize, Clone, PartialEq, Eq, Debug)]
+#[serde(tag = "outcome", rename_all = "kebab-case")]
+pub enum Response {
+    Rejected {
+        field: String,
+        value: String,
+        reason: String,
+    },
+    Acknowledged {
+        what: String,
+    },
+    Reconciled {
+        trigger: String,
+        steps: Vec<String>,
+        /// Work left for a later invocation, if any.
+        waiting: Option<String>,
+        /// Terminations held because removing their member now would cost quorum: an alarm keys
+        /// on this being non-empty.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        held_for_quorum: Vec<HeldTermination>,
+        stats: Stats,
+        /// For the EMF log line (`Metrics::emf`), not the response.
+        #[serde(skip)]
+        metrics: Metrics,
+    },
+}
+
+/// A terminate hook held by the quorum guard, and the voters whose etcd is down.
+#[derive(Serialize, Clone, PartialEq, Eq, Debug)]
+pub struct HeldTermination {
+    pub instance: String,
+    pub member: String,
+    pub blocking: Vec<String>,
+}
+
+/// Where one invocation's time went, and how many calls it made through each port.
+#[derive(Serialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Stats {
+    pub elapsed_ms: u64,
+    /// Elapsed minus etcd, AWS and waiting: the function's own work.
+    pub own_ms: u64,
+    pub etcd_ms: u64,
+    pub aws_ms: u64,
+    pub waited_ms: u64,
+    pub etcd_calls: u32,
+    pub aws_calls: u32,
+    pub observations: u32,
+}
+
+/// Times and counts every port call of an invocation.
+#[derive(Default)]
+pub struct Meter {
+    etcd_ns: AtomicU64,
+    etcd_calls: AtomicU32,
+    aws_ns: AtomicU64,
+    aws_calls: AtomicU32,
+    waited_ns: AtomicU64,
+    pub observations: AtomicU32,
+}
+
+impl Meter {
+    pub async fn etcd<T>(&self, call: impl Future<Output = T>) -> T {
+        Self::time(&self.etcd_ns, &self.etcd_calls, call).await
+    }
+
+    pub async fn aws<T>(&self, call: impl Future<Output = T>) -> T {
+        Self::time(&self.aws_ns, &self.aws_calls, call).await
+    }
+
+    async fn time<T>(ns: &AtomicU64, calls: &AtomicU32, call: impl Future<Output = T>) -> T {
+        let began = Instant::now();
+        let out = call.await;
+        ns.fetch_add(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        calls.fetch_add(1, Ordering::Relaxed);
+        out
+    }
+
+    pub async fn sleep(&self, pause: Duration) {
+        tokio::time::sleep(pause).await;
+        self.waited_ns
+            .fetch_add(pause.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    pub fn stats(&self, elapsed: Duration) -> Stats {
+        let ms = |ns: &AtomicU64| ns.load(Ordering::Relaxed) / 1_000_000;
+        let (etcd_ms, aws_ms, waited_ms) =
+            (ms(&self.etcd_ns), ms(&self.aws_ns), ms(&self.waited_ns));
+        let elapsed_ms = elapsed.as_millis() as u64;
+        Stats {
+            elapsed_ms,
+            own_ms: elapsed_ms.saturating_sub(etcd_ms + aws_ms + waited_ms),
+            etcd_ms,
+            aws_ms,
+            waited_ms,
+            etcd_calls: self.etcd_calls.load(Ordering::Relaxed),
+            aws_calls: self.aws_calls.load(Ordering::Relaxed),
+            observations: self.observations.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// One invocation's listing of the backup store: the backups, or why the store is not used.
+pub type Listed = Option<Result<Vec<Backup>, String>>;
+
+/// What to do after a step failed.
+pub enum Next {
+    /// Observe again after this pause.
+    Retry(Duration),
+    /// "Not yet" for longer than the invocation may wait: hold the hooks and leave it.
+    Wait(Wait),
+    /// Go on without backups this invocation (the step was a backup's).
+    WithoutBackups,
+    Fail(Error),
+}
+
+pub struct Invocation {
+    pub trigger: String,
+    pub started: Instant,
+    /// No step starts after this (the Lambda deadline less the margin).
+    pub stop_at: Instant,
+    /// Waiting on slow steps and retrying failed ones both end here.
+    pub patience_until: Instant,
+    pub meter: Meter,
+    /// What was applied, as the response lists it (`step: outcome`).
+    pub steps: Vec<String>,
+    /// Failed tries of the current step, for the backoff.
+    pub failures: u32,
+    pub last_wait: Option<Wait>,
+    pub last_applied: Option<Step>,
+    /// The bucket's listing, kept across the observations of one invocation: only a step of ours
+    /// changes it (taken, pruned), and polling must not list it every pause. A listing that
+    /// fails (or a backup that failed) is kept too, as why the store is not used.
+    pub listed: Listed,
+    /// Steps applied, refusals and errors by kind, for the metrics.
+    pub counts: Metrics,
+}
+
+impl Invocation {
+    pub fn new(trigger: String, stop_at: Instant, budget: Duration) -> Self {
+        let started = Instant::now();
+        let stop_at = stop_at.max(started);
+        Self {
+            trigger,
+            started,
+            stop_at,
+            patience_until: stop_at.min(started + budget),
+            meter: Meter::default(),
+            steps: Vec::new(),
+            failures: 0,
+            last_wait: None,
+            last_applied: None,
+            listed: None,
+            counts: Metrics::default(),
+        }
+    }
+
+    /// The plan's step, unless this invocation has just applied it and the observation has not
+    /// caught up (AWS is eventually consistent): then a wait, not a repeat.
+    pub fn not_again(&self, step: Step) -> Step {
+        if self
+            .last_applied
+            .as_ref()
+            .is_some_and(|a| a.is_again(&step))
+        {
+            return Step::Wait(Wait::NotYetVisible {
+                step: step.name(),
+                instance: step.instance().map(str::to_string),
+            });
+        }
+        step
+    }
+
+    /// Whether a short wait may be polled: it ends within seconds and there is time for a pause.
+    pub fn patient(&self, wait: &Wait, pause: Duration) -> bool {
+        wait.is_short() && Instant::now() + pause <= self.patience_until
+    }
+
+    /// A step applied: counted, listed, and no longer failing.
+    pub fn applied(&mut self, step: Step, outcome: &str) {
+        self.counts.count(format!("StepsApplied.{}", step.name()));
+        if matches!(step, Step::Backup { .. } | Step::Prune { .. }) {
+            self.listed = None;
+        }
+        self.steps.push(format!("{step}: {outcome}"));
+        self.failures = 0;
+        self.last_wait = None;
+        self.last_applied = Some(step);
+    }
+
+    /// What a failed `step` means for the rest of the invocation. Its class is the error's
+    /// (`Error::class`); the time left, the invocation's.
+    pub fn after_error(&mut self, step: &Step, e: Error, poll_interval: Duration) -> Next {
+        self.last_applied = None;
+        // The store (or a snapshot) failing costs this invocation its backups, never its
+        // membership work: the rules go on as if backups were off, and the next invocation
+        // tries again. BackupFailed counts it (the BackupFailing alarm).
+        if matches!(step, Step::Backup { .. } | Step::Prune { .. }) {
+            tracing::error!(step = step.name(), error = ?e, "backup store or snapshot failed: going on without backups this invocation");
+            if matches!(e, Error::OutOfTime { .. }) {
+                self.counts.count("BackupTimedOut");
+            }
+            self.listed = Some(Err(e.to_string()));
+            // Counted here too: an invocation that ends on its budget right after a slow
+            // failing snapshot reports no later observation.
+            self.counts.count("BackupFailed");
+            return Next::WithoutBackups;
+        }
+        let class = e.class();
+        if matches!(class, Class::Fatal) {
+            return Next::Fail(e);
+        }
+        self.failures += 1;
+        let pause = backoff(poll_interval, self.failures);
+        match e.refusal() {
+            Some(r) => self.counts.count(format!("Refusals.{r:?}")),
+            None => self.counts.count(format!("Errors.{}", e.kind())),
+        }
+        let not_yet = matches!(class, Class::NotYet);
+        if not_yet {
+            info!(refusal = ?e.refusal(), "etcd not ready for this step yet; observing again");
+        } else {
+            warn!(error = ?e, failures = self.failures, "step failed; observing again");
+        }
+        if Instant::now() + pause <= self.patience_until {
+            return Next::Retry(pause);
+        }
+        if !not_yet {
+            return Next::Fail(e);
+        }
+        // "Not yet" is a wait, not a failure: keep every held hook alive and let the schedule
+        // look again.
+        warn!(error = ?e, "etcd refuses this step for now; holding and waiting");
+        Next::Wait(Wait::Refused {
+            step: step.name(),
+            instance: step.instance().map(str::to_string),
+            refusal: format!("{:?}", e.refusal().unwrap_or(crate::error::Refusal::Other)),
+        })
+    }
+
+    /// The response, from the last observation and plan: stats, metrics, and the log lines that
+    /// report what is held and why.
+    pub fn finish(
+        &self,
+        obs: &Observation,
+        plan: &Plan,
+        waiting: Option<String>,
+        ca_not_after: Option<Timestamp>,
+    ) -> Response {
+        let stats = self.meter.stats(self.started.elapsed());
+        let mut metrics = Metrics::observed(obs, &plan.waits);
+        metrics.0.extend(self.counts.0.clone());
+        if let Some(not_after) = ca_not_after {
+            metrics.ca_days_left(not_after, obs.now);
+        }
+        let held_for_quorum = held_for_quorum(&plan.waits);
+        report(&plan.waits, &held_for_quorum);
+        info!(trigger = %self.trigger, steps = self.steps.len(), ?stats, waiting, "invocation done");
+        Response::Reconciled {
+            trigger: self.trigger.clone(),
+            steps: self.steps.clone(),
+            waiting,
+            held_for_quorum,
+            stats,
+            metrics,
+        }
+    }
+}
+
+/// The waits an operator must hear of on every invocation they last, as their own log lines.
+fn report(waits: &[Wait], held_for_quorum: &[HeldTermination]) {
+    for w in waits {
+        match w {
+            Wait::LiveDataOverQuota { in_use, quota } => tracing::error!(
+                in_use,
+                quota,
+                "NOSPACE: the live data alone fills the backend quota even with all history \
+                 compacted and every member defragmented; the alarm stays until data is deleted \
+                 (or members are replaced with a larger QUOTA_BACKEND_BYTES)"
+            ),
+            Wait::AwaitRestoreRequest { stale: Some(s) } => warn!(
+                request = %crate::event::shown(&s.request),
+                requested_at = s.requested_at,
+                generation_created_at = s.generation_created_at,
+                "ignoring a restore request older than the cluster's current generation: put a \
+                 new one for this loss"
+            ),
+            _ => {}
+        }
+    }
+    for h in held_for_quorum {
+        warn!(instance = %h.instance, member = %h.member, blocking = ?h.blocking,
+            "terminate hook held: removing this member now would cost quorum; the blocking \
+             members are down");
+    }
+}
+
+fn held_for_quorum(waits: &[Wait]) -> Vec<HeldTermination> {
+    waits
+        .iter()
+        .filter_map(|w| match w {
+            Wait::QuorumGuard {
+                member,
+                instance: Some(instance),
+                blocking,
+            } => Some(HeldTermination {
+                instance: instance.clone(),
+                member: member.to_string(),
+                blocking: blocking.iter().map(ToString::to_string).collect(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+fn backoff(base: Duration, failures: u32) -> Duration {
+    let exp = base.saturating_mul(1 << failures.min(5));
+    let capped = exp.min(Duration::from_secs(20));
+    // Full jitter: racing invocations should not retry in lockstep.
+    capped.mul_f64(0.5 + fastrand::f64() * 0.5)
+}
