@@ -132,6 +132,11 @@ def test_the_stack_is_created_and_every_resource_but_the_stubs_exists(moto):
     assert not [k for k, r in translated["Resources"].items() if r["Type"] in
                 ("AWS::IAM::Role", "AWS::IAM::InstanceProfile", "AWS::IAM::ManagedPolicy")
                 and names & set(r.get("Properties", {}))]
+    # Every DependsOn names a resource of the template: CloudFormation refuses one that does not,
+    # moto skips it (the group's names the translator's rule resources, MembershipFunction<Event>).
+    for logical_id, r in translated["Resources"].items():
+        depends = r.get("DependsOn", [])
+        assert set([depends] if isinstance(depends, str) else depends) <= set(translated["Resources"]), logical_id
     # Every other resource is created (all but those whose Condition is false with the defaults)...
     conditional = {k for k, r in stack.template["Resources"].items() if "Condition" in r}
     expected = set(stack.template["Resources"]) - set(stack.stubbed)
@@ -171,6 +176,9 @@ def test_the_created_stack_bootstraps_a_cluster_and_scales_it(moto, simulation):
     # Lambda takes at most 4 KB of environment variables, names and values together (its quotas
     # page); the values here are the created ones (generated names, the load balancer's DNS name).
     assert sum(len(k) + len(v) for k, v in d.function_env.items()) < 4096
+    # ...and refuses its reserved names (_HANDLER, AWS_REGION, AWS_LAMBDA_*, LAMBDA_TASK_ROOT, ...):
+    # https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars.html
+    assert not [k for k in d.function_env if k.startswith(("_", "AWS_", "LAMBDA_"))]
     assert f"export PARAMETER_PREFIX={d.prefix}\n" in d.user_data
     (group,) = aws["autoscaling"].describe_auto_scaling_groups(AutoScalingGroupNames=[d.group])["AutoScalingGroups"]
     tags = {t["Key"][len(SETTING_TAG):]: t["Value"] for t in group["Tags"] if t["Key"].startswith(SETTING_TAG)}
