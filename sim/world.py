@@ -38,6 +38,27 @@ def default_binary() -> str:
 
 
 @dataclass
+class Deployment:
+    """A stack already created in an emulator (sim/stack.py): a Simulation given one runs against
+    its group, hooks, parameter prefix, bucket and function environment, and boots instances with
+    its launch template's user data, instead of making its own."""
+
+    endpoint: str  # the emulator holding the stack; whoever started it stops it
+    group: str
+    hooks: tuple[str, str]  # the launch hook's name, the terminate hook's
+    function_env: dict[str, str]  # the function's environment, as Lambda holds it
+    user_data: str  # what the launch template has each instance run
+
+    @property
+    def prefix(self) -> str:
+        return self.function_env["PARAMETER_PREFIX"]
+
+    @property
+    def bucket(self) -> str | None:
+        return self.function_env.get("BACKUP_BUCKET")
+
+
+@dataclass
 class Chaos:
     """What the delivery layer does to events on purpose."""
 
@@ -205,18 +226,24 @@ class Simulation:
                  function_env: dict | None = None, binary: str | None = None, workdir: str | None = None,
                  writer: bool = True, verbose: bool = False, crash_once_after: str | None = None,
                  hooks: tuple[str, str] = ("etcd-launch", "etcd-terminate"), etcd_bin: str | None = None,
-                 backups: bool = False, tls: bool | None = None, hook_timeout: int = 120):
-        self.group = name
+                 backups: bool = False, tls: bool | None = None, hook_timeout: int = 120,
+                 deployment: Deployment | None = None):
+        self.deployment = deployment
+        self.group = deployment.group if deployment else name
         # TLS=managed: the function's CA, members that demand client certificates; the simulation
         # talks to etcd with a certificate the operator CLI issues (default: SIM_TLS, else on).
         self.tls = os.environ.get("SIM_TLS", "1") != "0" if tls is None else tls
+        if deployment:  # the stack's setting
+            self.tls = deployment.function_env.get("TLS") == "managed"
         self.scheme = "https" if self.tls else "http"
         # An S3 bucket in the emulator and BACKUP_BUCKET for the function.
         self.backup_bucket = f"{name}-backups" if backups else None
+        if deployment:
+            self.backup_bucket = deployment.bucket
         # The etcd each new instance boots with, read at its boot: change it mid-run to roll the
         # cluster to another version (default: sim.etcd.binary(), i.e. ETCD_VERSION).
         self.etcd_bin = etcd_bin or etcd.binary()
-        self.hooks = hooks
+        self.hooks = deployment.hooks if deployment else hooks
         self.hook_timeout = hook_timeout  # the hooks' HeartbeatTimeout, seconds
         self.chaos = chaos or Chaos()
         self.schedule_every = schedule_every
@@ -228,7 +255,7 @@ class Simulation:
         self.keep_workdir = workdir is not None
         self.with_writer = writer
         self.verbose = verbose
-        self.prefix = f"/etcd-asg-lifecycle/{name}"
+        self.prefix = deployment.prefix if deployment else f"/etcd-asg-lifecycle/{name}"
         self.instances: dict[str, SimInstance] = {}
         self.events_seen: list[dict] = []
         self.invoke_timeout = 60.0
@@ -263,15 +290,10 @@ class Simulation:
     def start(self):
         if not os.path.exists(self.binary):
             raise FileNotFoundError(f"{self.binary} not built (make build)")
-        port_file = os.path.join(self.workdir, "moto.port")
-        self.moto = procs.spawn([sys.executable, str(ROOT / "sim" / "moto_lifecycle.py"), "--port-file", port_file],
-                                dict(os.environ), os.path.join(self.workdir, "moto.log"))
-        deadline = time.monotonic() + 60
-        while not os.path.exists(port_file):
-            if self.moto.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"moto did not start; see {self.workdir}/moto.log")
-            time.sleep(0.1)
-        self.endpoint = f"http://127.0.0.1:{open(port_file).read().strip()}"
+        if self.deployment:
+            self.endpoint = self.deployment.endpoint
+        else:
+            self._start_moto()
         kw = dict(endpoint_url=self.endpoint, region_name="us-east-1", aws_access_key_id="testing",
                   aws_secret_access_key="testing")
         self.ec2 = boto3.client("ec2", **kw)
@@ -279,34 +301,45 @@ class Simulation:
         self.ssm = boto3.client("ssm", **kw)
         self.aws_env = {**CREDENTIALS, "AWS_ENDPOINT_URL": self.endpoint}
         self.s3 = boto3.client("s3", **kw)
-        if self.backup_bucket:
+        if self.backup_bucket and not self.deployment:
             self.s3.create_bucket(Bucket=self.backup_bucket)
             self.extra_env.setdefault("BACKUP_BUCKET", self.backup_bucket)
+        if self.deployment:
+            # What the stack gives the function; the caller's function_env overrides some.
+            settings = dict(self.deployment.function_env)
+        else:
+            settings = {
+                "ASG_NAME": self.group,
+                "LAUNCH_HOOK_NAME": self.hooks[0],
+                "TERMINATE_HOOK_NAME": self.hooks[1],
+                "PARAMETER_PREFIX": self.prefix,
+                "ADDRESS_SOURCE": f"tag:{ADDRESS_TAG}",
+                "WAIT_BUDGET_SECS": "20",
+                "POLL_INTERVAL_MS": "250",
+                "ETCD_REQUEST_TIMEOUT_MS": "2000",
+                "LEARNER_START_TIMEOUT_SECS": "60",
+                "DEADLINE_MARGIN_MS": "2000",
+                "AWS_LAMBDA_LOG_FORMAT": "JSON",
+                "RUST_LOG": "info",
+            }
+            if self.tls:
+                settings["TLS"] = "managed"
         if self.tls:
-            self.extra_env.setdefault("TLS", "managed")
             # On loopback a peer connects from 127.0.0.1, not its own address: etcd checks a
             # peer's certificate against the address it connects from. Clients come through the
-            # load balancer, whose name members' certificates carry, as the stack's do.
-            self.extra_env.setdefault("MEMBER_CERT_EXTRA_SANS", f"127.0.0.1,{self.balancer_address}")
+            # load balancer, whose name members' certificates carry, as the stack's do (a
+            # stack's own names are kept).
+            names = [settings.get("MEMBER_CERT_EXTRA_SANS"), "127.0.0.1", self.balancer_address]
+            self.extra_env.setdefault("MEMBER_CERT_EXTRA_SANS", ",".join(n for n in names if n))
         self.function = Function(self.binary, {
             **self.aws_env,
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "ASG_NAME": self.group,
-            "LAUNCH_HOOK_NAME": self.hooks[0],
-            "TERMINATE_HOOK_NAME": self.hooks[1],
-            "PARAMETER_PREFIX": self.prefix,
-            "ADDRESS_SOURCE": f"tag:{ADDRESS_TAG}",
-            "WAIT_BUDGET_SECS": "20",
-            "POLL_INTERVAL_MS": "250",
-            "ETCD_REQUEST_TIMEOUT_MS": "2000",
-            "LEARNER_START_TIMEOUT_SECS": "60",
-            "DEADLINE_MARGIN_MS": "2000",
-            "AWS_LAMBDA_LOG_FORMAT": "JSON",
-            "RUST_LOG": "info",
+            **settings,
             **self.extra_env,
         }, os.path.join(self.workdir, "function.log"), once=("FAILPOINT_CRASH_AFTER",))
         # The group and its hooks exist before the function's cold start, which checks them.
-        self.create_group(self.group, 0)
+        if not self.deployment:
+            self.create_group(self.group, 0)
         self._start_balancer()
         self.function.start()
         if self.tls:
@@ -351,10 +384,21 @@ class Simulation:
             procs.stop(self.balancer)
         if self.tls:
             etcd.use_tls(None)
-        if self.moto is not None:
+        if self.moto is not None:  # not a deployment's emulator: its owner stops that
             procs.stop(self.moto)
         if not self.keep_workdir and os.environ.get("SIM_KEEP") != "1":
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _start_moto(self):
+        port_file = os.path.join(self.workdir, "moto.port")
+        self.moto = procs.spawn([sys.executable, str(ROOT / "sim" / "moto_lifecycle.py"), "--port-file", port_file],
+                                dict(os.environ), os.path.join(self.workdir, "moto.log"))
+        deadline = time.monotonic() + 60
+        while not os.path.exists(port_file):
+            if self.moto.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"moto did not start; see {self.workdir}/moto.log")
+            time.sleep(0.1)
+        self.endpoint = f"http://127.0.0.1:{open(port_file).read().strip()}"
 
     def _start_balancer(self):
         """The stack's network load balancer: self.client_endpoint forwards to InService instances
@@ -444,7 +488,8 @@ class Simulation:
                     print(f"instances loop: {e!r}", file=sys.stderr)
 
     def _boot(self, iid: str):
-        """An instance starting: it gets an address, then runs the boot script of the template."""
+        """An instance starting: it gets an address, then runs the boot script of the template
+        (with a deployment: the user data of its launch template, which sets PARAMETER_PREFIX)."""
         address = next(self._addresses)
         self.ec2.create_tags(Resources=[iid], Tags=[{"Key": ADDRESS_TAG, "Value": address}])
         data_dir = os.path.join(self.workdir, iid)
@@ -467,7 +512,13 @@ class Simulation:
             "POLL_SECONDS": "0.5",
             "TLS_DIR": os.path.join(data_dir, "pki"),
         }
-        proc = procs.spawn(["bash", str(BOOT_SCRIPT)], env, os.path.join(data_dir, "boot.log"))
+        script = str(BOOT_SCRIPT)
+        if self.deployment:
+            script = os.path.join(data_dir, "user-data")
+            with open(script, "w") as f:
+                f.write(self.deployment.user_data)
+            del env["PARAMETER_PREFIX"]
+        proc = procs.spawn(["bash", script], env, os.path.join(data_dir, "boot.log"))
         with self.lock:
             self.instances[iid] = SimInstance(iid, address, data_dir, proc, env["ETCD_BIN"])
 
