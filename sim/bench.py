@@ -17,10 +17,26 @@ from .world import Simulation, default_binary
 
 # The function has 128 MB in Lambda: streaming a snapshot must fit well inside.
 RSS_BUDGET_MIB = 100
+# AWS calls of each change, by API (the emulator counts them).
+BY_API: dict[str, dict[str, int]] = {}
+
+
+def idle(inv) -> bool:
+    """A scheduled run that found nothing to do or wait for: the schedule's own cost, once a
+    minute in the stack whatever changes, apart from any change's."""
+    b = inv.body if isinstance(inv.body, dict) else {}
+    return b.get("trigger") == "schedule" and not b.get("steps") and b.get("waiting") is None
+
+
+def change_calls(invs, log) -> int:
+    """The AWS calls made during the invocations that did or waited for something."""
+    busy = [(i.started, i.ended or time.time()) for i in invs if not idle(i)]
+    return sum(1 for t, _ in log if any(a - 0.01 <= t <= b + 0.01 for a, b in busy))
 
 
 def phase(sim: Simulation, name: str, action, rows: list):
     sim.drain("requests")
+    sim.drain("request-log")
     first = len(sim.function.invocations)
     began = time.monotonic()
     action()
@@ -29,9 +45,13 @@ def phase(sim: Simulation, name: str, action, rows: list):
     invs = sim.function.invocations[first:]
     stats = [i.body["stats"] for i in invs if isinstance(i.body, dict) and "stats" in i.body]
     total = {k: sum(s[k] for s in stats) for k in ("own_ms", "etcd_ms", "aws_ms", "waited_ms", "etcd_calls")}
-    aws_calls = sum(sim.drain("requests").values())
+    by_api = sim.drain("requests")
+    aws_calls = sum(by_api.values())
+    changing = change_calls(invs, sim.drain("request-log"))
     rows.append((name, f"{took:.1f}", str(len(invs)), str(total["own_ms"]), str(total["etcd_ms"]),
-                 str(total["aws_ms"]), str(total["waited_ms"]), str(aws_calls), str(total["etcd_calls"])))
+                 str(total["aws_ms"]), str(total["waited_ms"]), str(aws_calls), str(changing),
+                 str(total["etcd_calls"])))
+    BY_API[name] = by_api
 
 
 def backup_figures(binary: str, mib: int) -> dict:
@@ -75,11 +95,14 @@ def main(argv=None):
     parser.add_argument("--binary", default=None)
     parser.add_argument("--backup-mib", type=int, default=256, help="database size for the backup figures")
     parser.add_argument("--only-backup", action="store_true", help="skip the membership figures")
+    parser.add_argument("--only-membership", action="store_true", help="skip the backup figures")
     args = parser.parse_args(argv)
     binary = args.binary or default_binary()
     rows: list = []
     if not args.only_backup:
         membership_figures(binary, rows)
+    if args.only_membership:
+        return
     b = backup_figures(binary, args.backup_mib)
     print(f"backup: a {b['db_mib']:.0f} MiB database ({args.backup_mib} MiB of values written in "
           f"{b['write_s']:.0f} s) streamed to S3 as {b['backup_mib']:.0f} MiB in {b['elapsed_s']:.1f} s: "
@@ -100,7 +123,7 @@ def membership_figures(binary: str, rows: list):
         sim.function.kill()  # samples peak memory first
         peak = sim.function.peak_rss_kib
     head = ("change", "wall s", "invocations", "own ms", "etcd ms", "aws ms", "waited ms", "AWS calls",
-            "etcd calls")
+            "of the change", "etcd calls")
     widths = [max(len(r[c]) for r in rows + [head]) for c in range(len(head))]
     fmt = "  ".join(f"{{:>{w}}}" for w in widths)
     print(f"binary: {binary}")
@@ -108,7 +131,11 @@ def membership_figures(binary: str, rows: list):
     for r in rows:
         print(fmt.format(*r))
     print("(own = the function's time apart from etcd, AWS and waiting; AWS calls counted by the emulator,")
-    print(" etcd calls as port calls — one observation is a member list, a status and one probe per member)")
+    print(" all of them, and those of the change: apart from scheduled runs with nothing to do, which cost")
+    print(" the same once a minute whatever changes; etcd calls as port calls)")
+    for name, by_api in BY_API.items():
+        calls = ", ".join(f"{api} {n}" for api, n in sorted(by_api.items(), key=lambda kv: -kv[1]))
+        print(f"AWS calls, {name}: {calls}")
     print(f"cold start to first poll: {cold * 1000:.0f} ms")
     print(f"peak memory (VmHWM):      {peak / 1024:.1f} MiB")
     print(f"binary size:              {os.path.getsize(binary) / 1048576:.1f} MiB")

@@ -30,6 +30,7 @@ Extra routes, for the simulation only (EventBridge does not exist here):
   GET /_sim/events      drain the EventBridge events produced so far (JSON list)
   GET /_sim/terminated  drain the ids of instances whose termination finished (JSON list)
   GET /_sim/requests    drain the count of API calls made by the Rust SDK (the function), by action
+  GET /_sim/request-log drain the same calls one by one: [[epoch seconds, action], ...]
   GET /_sim/health      drain the SetInstanceHealth calls so far (JSON list of
                         {"InstanceId", "HealthStatus", "ShouldRespectGracePeriod", "sdk", "error"})
   GET /_sim/lapsed      drain the held actions whose heartbeat timeout passed (JSON list of
@@ -96,6 +97,7 @@ LOCK = threading.RLock()
 EVENTS: list[dict] = []
 TERMINATED: list[str] = []
 SDK_REQUESTS: Counter = Counter()
+SDK_LOG: list = []
 HEALTH: list[dict] = []
 # Held actions whose heartbeat timeout passed (their hook's DefaultResult was applied).
 LAPSED: list[dict] = []
@@ -521,10 +523,11 @@ def _count_sdk_request(environ):
         environ["wsgi.input"] = io.BytesIO(body)
         action = parse_qs(body.decode(errors="replace")).get("Action", ["?"])[0]
     SDK_REQUESTS[action] += 1
+    SDK_LOG.append([time.time(), action])
 
 
 FEEDS = {"/_sim/events": lambda: EVENTS, "/_sim/terminated": lambda: TERMINATED, "/_sim/health": lambda: HEALTH,
-         "/_sim/lapsed": lambda: LAPSED}
+         "/_sim/lapsed": lambda: LAPSED, "/_sim/request-log": lambda: SDK_LOG}
 
 
 def app_with_lock(inner):

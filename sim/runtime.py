@@ -31,6 +31,9 @@ class Invocation:
     done: threading.Event = field(default_factory=threading.Event)
     outcome: str = "pending"  # ok | error | crashed | timeout
     body: object = None
+    # When the function took it and answered (epoch seconds), to tell whose AWS calls are whose.
+    started: float = 0.0
+    ended: float = 0.0
 
 
 class RuntimeApi:
@@ -73,6 +76,7 @@ class RuntimeApi:
                         return
                     break
                 api.current = inv
+                inv.started = time.time()
                 deadline_ms = int((time.time() + inv.timeout) * 1000)
                 body = inv.event if isinstance(inv.event, bytes) else json.dumps(inv.event).encode()
                 self._reply(
@@ -98,6 +102,7 @@ class RuntimeApi:
                 for outcome in ("response", "error"):
                     if inv and self.path == f"{PREFIX}/invocation/{inv.id}/{outcome}":
                         inv.outcome = "ok" if outcome == "response" else "error"
+                        inv.ended = time.time()
                         try:
                             inv.body = json.loads(body or b"null")
                         except ValueError:

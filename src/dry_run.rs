@@ -56,6 +56,7 @@ pub fn wrap<G, L, P, M, B>(r: Reconciler<G, L, P, M, B>) -> (Dry<G, L, P, M, B>,
             },
             members: wrap(r.members),
             ca: r.ca,
+            prepared: r.prepared,
             backups: r.backups.map(|inner| DryRun {
                 inner,
                 refused: refused.clone(),
@@ -162,7 +163,12 @@ impl<P: PublishedConfig> PublishedConfig for DryRun<P> {
         Ok(Created::Created)
     }
 
-    async fn publish(&self, instance: &str, config: &MemberConfig) -> Result<(), Error> {
+    async fn publish(
+        &self,
+        instance: &str,
+        _instance_arn: &str,
+        config: &MemberConfig,
+    ) -> Result<(), Error> {
         self.refuse(format!(
             "publish config of {instance} ({:?}, {} members)",
             config.state,
@@ -171,7 +177,10 @@ impl<P: PublishedConfig> PublishedConfig for DryRun<P> {
         Ok(())
     }
 
-    async fn unpublish(&self, instance: &str) -> Result<(), Error> {
+    async fn unpublish(&self, instance: &str, key_material: bool) -> Result<(), Error> {
+        if key_material {
+            self.refuse(format!("delete {instance}'s certificate and key"));
+        }
         self.refuse(format!("delete config of {instance}"));
         Ok(())
     }
@@ -199,16 +208,12 @@ impl<P: Secrets> Secrets for DryRun<P> {
     async fn hand_out(
         &self,
         instance: &str,
+        _instance_arn: &str,
         _bundle: &KeyPem,
         _not_after: Timestamp,
     ) -> Result<Created, Error> {
         self.refuse(format!("hand {instance} its certificate and key"));
         Ok(Created::Created)
-    }
-
-    async fn take_back(&self, instance: &str) -> Result<(), Error> {
-        self.refuse(format!("delete {instance}'s certificate and key"));
-        Ok(())
     }
 }
 
@@ -241,8 +246,8 @@ impl<B: Backups> Backups for DryRun<B> {
         Ok(())
     }
 
-    async fn hand_over(&self, key: &str, instance: &str) -> Result<BackupRef, Error> {
-        self.refuse(format!("let {instance} read backup {key}"));
+    async fn hand_over(&self, key: &str, instance_arn: &str) -> Result<BackupRef, Error> {
+        self.refuse(format!("let {instance_arn} read backup {key}"));
         Ok(BackupRef {
             key: key.into(),
             url: String::new(),
@@ -252,6 +257,10 @@ impl<B: Backups> Backups for DryRun<B> {
 }
 
 impl<M: Members> Members for DryRun<M> {
+    fn identify(&self, ca: &Ca) -> Result<(), Error> {
+        self.inner.identify(ca)
+    }
+
     async fn observe(&self, endpoints: &[String], cluster: Option<u64>) -> ClusterState {
         self.inner.observe(endpoints, cluster).await
     }
@@ -338,7 +347,8 @@ mod tests {
             published: world.clone(),
             members: world.clone(),
             backups: None::<Fake>,
-            ca: None,
+            ca: Default::default(),
+            prepared: Default::default(),
             config,
             clock: Arc::new(move || clock_world.world().now),
             backup_failed_at: Default::default(),

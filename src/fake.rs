@@ -11,6 +11,14 @@ use crate::model::*;
 use crate::pki::{Ca, KeyPem};
 use crate::ports::*;
 
+/// The instances' ARNs, less their id.
+pub const ARN_PREFIX: &str = "arn:aws:ec2:us-east-1:123456789012:instance/";
+
+/// The instance an ARN names.
+fn id_of(arn: &str) -> &str {
+    arn.rsplit('/').next().unwrap_or(arn)
+}
+
 #[derive(Default)]
 pub struct World {
     pub instances: Vec<Instance>,
@@ -58,6 +66,10 @@ pub struct World {
     pub data: String,
     pub restore_request: Option<String>,
     pub restore_request_at: Option<Timestamp>,
+    /// Reads of the group (`describe`) and of the published state (`load`): what AWS would be
+    /// asked.
+    pub describes: u32,
+    pub loads: u32,
     /// The backup bucket: key → (backup, content).
     pub bucket: BTreeMap<String, (Backup, String)>,
     /// The bucket refuses listings, or stores (a deleted bucket, a disabled KMS key, a policy).
@@ -162,9 +174,10 @@ impl Backups for Fake {
         Ok(())
     }
 
-    async fn hand_over(&self, key: &str, instance: &str) -> Result<BackupRef, Error> {
+    async fn hand_over(&self, key: &str, instance_arn: &str) -> Result<BackupRef, Error> {
         let mut w = self.world();
-        w.calls.push(format!("hand-over {key} to {instance}"));
+        w.calls
+            .push(format!("hand-over {key} to {}", id_of(instance_arn)));
         let (_, content) = w
             .bucket
             .get(key)
@@ -204,6 +217,7 @@ impl Fake {
         let id = format!("i-0000000{n}");
         let launched_at = w.now;
         w.instances.push(Instance {
+            arn: format!("{ARN_PREFIX}{id}"),
             id: id.clone(),
             state: LifecycleState::PendingWait,
             address: Some(format!("10.0.0.{n}")),
@@ -309,7 +323,8 @@ impl World {
 
 impl Group for Fake {
     async fn describe(&self) -> Result<GroupState, Error> {
-        let w = self.world();
+        let mut w = self.world();
+        w.describes += 1;
         // As Auto Scaling keeps it: the instances not on their way out, unless a test says.
         let desired_capacity = w.desired_capacity.unwrap_or_else(|| {
             w.instances
@@ -412,9 +427,15 @@ impl Secrets for Fake {
     async fn hand_out(
         &self,
         instance: &str,
+        instance_arn: &str,
         bundle: &KeyPem,
         not_after: Timestamp,
     ) -> Result<Created, Error> {
+        assert_eq!(
+            id_of(instance_arn),
+            instance,
+            "a bundle for its own instance"
+        );
         let mut w = self.world();
         w.calls.push(format!("hand-out {instance}"));
         if w.tls.contains_key(instance) {
@@ -424,19 +445,12 @@ impl Secrets for Fake {
         w.cert_not_after.insert(instance.to_string(), not_after);
         Ok(Created::Created)
     }
-
-    async fn take_back(&self, instance: &str) -> Result<(), Error> {
-        let mut w = self.world();
-        w.calls.push(format!("take-back {instance}"));
-        w.tls.remove(instance);
-        w.cert_not_after.remove(instance);
-        Ok(())
-    }
 }
 
 impl PublishedConfig for Fake {
     async fn load(&self) -> Result<PublishedState, Error> {
-        let w = self.world();
+        let mut w = self.world();
+        w.loads += 1;
         Ok(PublishedState {
             cluster: w.record.clone(),
             members: w.configs.clone(),
@@ -525,7 +539,17 @@ impl PublishedConfig for Fake {
         Ok(())
     }
 
-    async fn publish(&self, instance: &str, config: &MemberConfig) -> Result<(), Error> {
+    async fn publish(
+        &self,
+        instance: &str,
+        instance_arn: &str,
+        config: &MemberConfig,
+    ) -> Result<(), Error> {
+        assert_eq!(
+            id_of(instance_arn),
+            instance,
+            "a config for its own instance"
+        );
         let mut w = self.world();
         w.calls.push(format!("publish {instance}"));
         let published_at = w.now;
@@ -539,8 +563,13 @@ impl PublishedConfig for Fake {
         Ok(())
     }
 
-    async fn unpublish(&self, instance: &str) -> Result<(), Error> {
+    async fn unpublish(&self, instance: &str, key_material: bool) -> Result<(), Error> {
         let mut w = self.world();
+        if key_material {
+            w.calls.push(format!("take-back {instance}"));
+            w.tls.remove(instance);
+            w.cert_not_after.remove(instance);
+        }
         w.calls.push(format!("unpublish {instance}"));
         w.configs.remove(instance);
         Ok(())
@@ -623,6 +652,10 @@ impl Members for Fake {
                     .collect(),
             },
         }
+    }
+
+    fn identify(&self, _ca: &Ca) -> Result<(), Error> {
+        Ok(())
     }
 
     async fn add_learner(&self, _endpoint: &str, peer_url: &str) -> Result<MemberId, Error> {

@@ -14,17 +14,16 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let config =
         Config::from_env().inspect_err(|e| tracing::error!(error = ?e, "bad configuration"))?;
     let aws = aws_config::load_from_env().await;
+    // No AWS call before the first poll: the hooks' check and the CA are the first
+    // invocation's (`Reconciler::prepare`).
     let reconciler = adapters::connect(config, &aws)
-        .await
-        .inspect_err(|e| tracing::error!(error = ?e, kind = %e.kind(), "cannot start"))?;
-    reconciler
-        .check_hooks()
-        .await
         .inspect_err(|e| tracing::error!(error = ?e, kind = %e.kind(), "cannot start"))?;
     let reconciler = &reconciler;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = instant_of(event.context.deadline);
-        let result = reconciler.handle(&event.payload, deadline).await;
+        // Boxed: the handler's future nests the SDK's deep enough that computing its layout
+        // inline overflows rustc's query depth in some builds (the tests').
+        let result = Box::pin(reconciler.handle(&event.payload, deadline)).await;
         // One EMF line per invocation, on stdout where CloudWatch reads it.
         let mut metrics = Metrics::default();
         match &result {

@@ -206,6 +206,7 @@ mod tests {
             desired_capacity: 3,
             instances: vec![Instance {
                 id: "i-4".into(),
+                arn: "arn:aws:ec2:us-east-1:123456789012:instance/i-4".into(),
                 state: LifecycleState::PendingWait,
                 address: None,
                 launched_at: 940,

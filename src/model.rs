@@ -120,6 +120,9 @@ pub struct GroupState {
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Instance {
     pub id: String,
+    /// `arn:<partition>:ec2:<region>:<account>:instance/<id>`: what the instance's own requests
+    /// carry as `ec2:SourceInstanceARN`, which its parameters and snapshot are tagged with.
+    pub arn: String,
     pub state: LifecycleState,
     /// The address etcd peers and clients reach it on; None until EC2 reports one.
     pub address: Option<String>,
@@ -538,6 +541,68 @@ pub struct PublishedState {
     /// When the request was last written (SSM's LastModifiedDate): it is for the loss of the
     /// generation it postdates, never a later one (`backup::choose`).
     pub restore_request_at: Option<Timestamp>,
+}
+
+/// What a step of ours wrote under the prefix, as a listing would read it back: the function is
+/// the prefix's only writer (one invocation at a time), so an invocation that wrote it need not
+/// list it again.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Written {
+    Config {
+        instance: String,
+        config: MemberConfig,
+        /// Its certificate's end, when one was issued with it.
+        cert_not_after: Option<Timestamp>,
+    },
+    /// The config, and with it the instance's key material.
+    Unpublished {
+        instance: String,
+    },
+    DownSince {
+        instance: String,
+        since: Timestamp,
+    },
+    DownForgotten {
+        instance: String,
+    },
+    /// The cluster record, as written (not when another invocation's won).
+    Record(ClusterRecord),
+}
+
+impl PublishedState {
+    /// The state after `written`, at `now` (SSM's LastModifiedDate, to within the clocks).
+    pub fn record(&mut self, written: Written, now: Timestamp) {
+        match written {
+            Written::Config {
+                instance,
+                config,
+                cert_not_after,
+            } => {
+                if let Some(end) = cert_not_after {
+                    self.cert_not_after.insert(instance.clone(), end);
+                }
+                let published_at = now;
+                self.members.insert(
+                    instance,
+                    Published {
+                        config,
+                        published_at,
+                    },
+                );
+            }
+            Written::Unpublished { instance } => {
+                self.members.remove(&instance);
+                self.cert_not_after.remove(&instance);
+            }
+            Written::DownSince { instance, since } => {
+                self.down_since.insert(instance, since);
+            }
+            Written::DownForgotten { instance } => {
+                self.down_since.remove(&instance);
+            }
+            Written::Record(record) => self.cluster = Some(record),
+        }
+    }
 }
 
 /// One complete look at the world; the planner decides from this alone.

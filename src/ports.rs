@@ -97,13 +97,20 @@ pub trait PublishedConfig: Send + Sync {
         old: &ClusterRecord,
         new: &ClusterRecord,
     ) -> impl Future<Output = Result<Created, Error>> + Send;
+    /// Readable by `instance_arn`'s requests alone.
     fn publish(
         &self,
         instance: &str,
+        instance_arn: &str,
         config: &MemberConfig,
     ) -> impl Future<Output = Result<(), Error>> + Send;
-    /// Deleting what is already gone succeeds.
-    fn unpublish(&self, instance: &str) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Deletes the instance's config and, with `key_material`, its TLS bundle and certificate
+    /// end (TLS=managed). Deleting what is already gone succeeds.
+    fn unpublish(
+        &self,
+        instance: &str,
+        key_material: bool,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
 }
 
 /// The cluster's key material, kept encrypted (SSM SecureStrings): the CA, which only the
@@ -118,16 +125,16 @@ pub trait Secrets: Send + Sync {
     /// Create-only, as the CA.
     fn create_token_key(&self, key: &KeyPem)
         -> impl Future<Output = Result<Created, Error>> + Send;
-    /// Create-only: a member keeps the material it was first given.
-    /// Its certificate's end is published beside it (in plain: the planner rotates by it).
+    /// Create-only: a member keeps the material it was first given, readable by
+    /// `instance_arn`'s requests alone. Its certificate's end is published beside it (in
+    /// plain: the planner rotates by it). `PublishedConfig::unpublish` takes it back.
     fn hand_out(
         &self,
         instance: &str,
+        instance_arn: &str,
         bundle: &KeyPem,
         not_after: Timestamp,
     ) -> impl Future<Output = Result<Created, Error>> + Send;
-    /// Deleting what is already gone succeeds.
-    fn take_back(&self, instance: &str) -> impl Future<Output = Result<(), Error>> + Send;
 }
 
 /// The etcd members API.
@@ -139,6 +146,10 @@ pub trait Members: Send + Sync {
         endpoints: &[String],
         cluster: Option<u64>,
     ) -> impl Future<Output = ClusterState> + Send;
+    /// TLS=managed, from now on: present the function's own certificate, issued from `ca`, and
+    /// act as etcd's `root` through tokens of the cluster's keys. Once; later calls change
+    /// nothing.
+    fn identify(&self, ca: &Ca) -> Result<(), Error>;
     fn add_learner(
         &self,
         endpoint: &str,
@@ -236,11 +247,12 @@ pub trait Backups: Send + Sync {
     ) -> impl Future<Output = Result<(Backup, String), Error>> + Send;
     /// Deleting what is already gone succeeds.
     fn delete(&self, key: &str) -> impl Future<Output = Result<(), Error>> + Send;
-    /// Where `instance` fetches the backup and what it must hash to; grants it read access.
+    /// Where the instance `instance_arn` fetches the backup and what it must hash to; grants it
+    /// read access.
     fn hand_over(
         &self,
         key: &str,
-        instance: &str,
+        instance_arn: &str,
     ) -> impl Future<Output = Result<BackupRef, Error>> + Send;
 }
 
@@ -264,7 +276,7 @@ impl Backups for NoBackups {
         match *self {}
     }
 
-    async fn hand_over(&self, _key: &str, _instance: &str) -> Result<BackupRef, Error> {
+    async fn hand_over(&self, _key: &str, _instance_arn: &str) -> Result<BackupRef, Error> {
         match *self {}
     }
 }

@@ -8,7 +8,7 @@ mod apply;
 mod invocation;
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -18,14 +18,14 @@ use crate::config::Config;
 use crate::error::{Class, Error};
 use crate::event::{self, Expected, Trigger};
 use crate::metrics::Metrics;
-use crate::model::{ActionResult, GroupState, Observation, Timestamp, Transition};
+use crate::model::{ActionResult, Observation, Timestamp, Transition};
 use crate::planner::{self, Plan, Step, Wait};
 use crate::ports::{
     Backups, Completion, Group, Lifecycle, Members, NoBackups, PublishedConfig, Secrets,
 };
 
 pub use invocation::{HeldTermination, Response, Stats};
-use invocation::{Invocation, Listed, Meter, Next};
+use invocation::{Invocation, Listed, Meter, Next, Seen};
 
 /// Steps one invocation applies at most: a bound on a plan that would not converge.
 const MAX_STEPS: usize = 64;
@@ -49,9 +49,11 @@ pub struct Reconciler<G, L, P, M, B = NoBackups> {
     pub members: M,
     /// The backup store; None when backups are off.
     pub backups: Option<B>,
-    /// The cluster's CA (TLS=managed), read or created at cold start; it signs member
-    /// certificates as members join.
-    pub ca: Option<crate::pki::Ca>,
+    /// TLS=managed: the cluster's CA, read or created by this environment's first invocation
+    /// (`prepare`); it signs member certificates as members join.
+    pub ca: OnceLock<crate::pki::Ca>,
+    /// Whether this environment is prepared (`prepare`).
+    pub prepared: tokio::sync::OnceCell<()>,
     pub config: Config,
     pub clock: Clock,
     /// When a backup step last failed in this (warm) environment: backups wait
@@ -74,6 +76,8 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
     Reconciler<G, L, P, M, B>
 {
     pub async fn handle(&self, payload: &Value, deadline: Instant) -> Result<Response, Error> {
+        // Boxed, as `reconcile` below: the SDK's futures nest deep.
+        Box::pin(self.prepare()).await?;
         let expected = Expected {
             group: &self.config.group_name,
             hooks: [&self.config.launch_hook, &self.config.terminate_hook],
@@ -151,8 +155,40 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         })
     }
 
-    /// At cold start: both hooks must exist on the group, or no instance would ever be held for
-    /// us (and every event would be for nothing).
+    /// What an environment needs AWS for before its first observation, done by its first
+    /// invocation rather than at cold start (which then makes no call at all): the group's hooks
+    /// exist, and with TLS=managed the cluster's CA and token key are read (or created) and the
+    /// etcd client presents the function's certificate. A failure fails that invocation
+    /// (`Fatal.Config` for a missing hook) and the next one tries again.
+    pub async fn prepare(&self) -> Result<(), Error> {
+        self.prepared
+            .get_or_try_init(|| async {
+                self.check_hooks().await?;
+                self.identify().await
+            })
+            .await
+            .map(drop)
+    }
+
+    /// TLS=managed: the cluster's CA and token key, read (or created), and the etcd client
+    /// presenting the function's certificate. What the CLI needs before it observes.
+    pub async fn identify(&self) -> Result<(), Error> {
+        if self.config.pki.is_none() {
+            return Ok(());
+        }
+        let ca = match self.ca.get() {
+            Some(ca) => ca,
+            None => {
+                let name = &self.config.settings.cluster_name;
+                let ca = cluster_ca(&self.published, name, (self.clock)()).await?;
+                self.ca.get_or_init(|| ca)
+            }
+        };
+        self.members.identify(ca)
+    }
+
+    /// Both hooks must exist on the group, or no instance would ever be held for us (and every
+    /// event would be for nothing).
     pub async fn check_hooks(&self) -> Result<(), Error> {
         let names = self.lifecycle.hook_names().await?;
         for (var, hook) in [
@@ -176,24 +212,36 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
     /// One look at the world and what the planner makes of it, changing nothing: what the CLI's
     /// `status` and `plan` show.
     pub async fn look(&self) -> Result<(Observation, planner::Plan), Error> {
-        let obs = self.observe(&Meter::default(), &mut None).await?;
+        let obs = self
+            .observe(&Meter::default(), &mut Seen::default())
+            .await?;
         let plan = planner::assess(&obs, &self.config.settings);
         Ok((obs, plan))
     }
 
     /// Group, then parameters, then etcd: a config is written only after its member exists, so a
-    /// config seen here without its member means the member has since been removed. The bucket
-    /// is listed once per invocation (`listed`); a listing that fails, or a backup that failed
-    /// in this environment lately, is why the store is not used: membership goes on without it.
-    async fn observe(&self, meter: &Meter, listed: &mut Listed) -> Result<Observation, Error> {
+    /// config seen here without its member means the member has since been removed. etcd is
+    /// asked every time; AWS only for what this invocation has not `seen` (or no longer trusts).
+    /// A listing of the bucket that fails, or a backup that failed in this environment lately,
+    /// is why the store is not used: membership goes on without it.
+    async fn observe(&self, meter: &Meter, seen: &mut Seen) -> Result<Observation, Error> {
         meter.observations.fetch_add(1, Ordering::Relaxed);
-        let GroupState {
-            instances,
-            desired_capacity,
-        } = meter.aws(self.group.describe()).await?;
-        let published = meter.aws(self.published.load()).await?;
+        if seen.group.is_none() {
+            seen.group = Some((meter.aws(self.group.describe()).await?, Instant::now()));
+        }
+        if seen.published.is_none() {
+            seen.published = Some(meter.aws(self.published.load()).await?);
+        }
+        let (group, published) = match (&seen.group, &seen.published) {
+            (Some((group, _)), Some(published)) => (group.clone(), published.clone()),
+            _ => unreachable!("both read above"),
+        };
         let topology = &self.config.settings.topology;
-        let mut present: Vec<_> = instances.iter().filter(|i| i.state.is_present()).collect();
+        let mut present: Vec<_> = group
+            .instances
+            .iter()
+            .filter(|i| i.state.is_present())
+            .collect();
         present.sort_by(|a, b| (a.launched_at, &a.id).cmp(&(b.launched_at, &b.id)));
         let endpoints: Vec<String> = present
             .iter()
@@ -201,10 +249,10 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             .collect();
         let expected = published.cluster.as_ref().and_then(|r| r.cluster_id);
         let cluster = meter.etcd(self.members.observe(&endpoints, expected)).await;
-        let (backups, backups_failing) = self.backups(meter, listed).await;
+        let (backups, backups_failing) = self.backups(meter, &mut seen.listed).await;
         Ok(Observation {
-            instances,
-            desired_capacity,
+            instances: group.instances,
+            desired_capacity: group.desired_capacity,
             cluster,
             published,
             backups,
@@ -263,7 +311,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             .unwrap_or_else(Instant::now);
         let mut inv = Invocation::new(trigger, stop_at, budget);
         loop {
-            let obs = self.observe(&inv.meter, &mut inv.listed).await?;
+            let obs = self.observe(&inv.meter, &mut inv.seen).await?;
             if let Some(id) = hint.filter(|_| inv.steps.is_empty() && inv.failures == 0) {
                 if obs.instance(id).is_none() {
                     return Ok(self.not_in_group(id));
@@ -297,7 +345,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         plan: &Plan,
         waiting: Option<String>,
     ) -> Response {
-        inv.finish(obs, plan, waiting, self.ca.as_ref().map(|ca| ca.not_after))
+        inv.finish(obs, plan, waiting, self.ca.get().map(|ca| ca.not_after))
     }
 
     /// A lifecycle event for an instance the group does not list.
@@ -320,6 +368,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         }
         if inv.patient(w, self.config.timing.poll_interval) {
             inv.meter.sleep(self.config.timing.poll_interval).await;
+            inv.seen.polling(w);
             return Ok(Pass::Again);
         }
         self.heartbeat(obs, w, &inv.meter).await?;
@@ -347,9 +396,9 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         // and the invocation still ends with its heartbeats.
         let until = applying + inv.stop_at.saturating_duration_since(applying) / 2;
         let applied = self.apply(&step, &inv.meter, obs.now, until);
-        let outcome = match applied.instrument(span.clone()).await {
-            Ok(outcome) => outcome,
-            Err(e) if e.class() == Class::AlreadyDone => "already-done",
+        let (outcome, written) = match applied.instrument(span.clone()).await {
+            Ok(done) => done,
+            Err(e) if e.class() == Class::AlreadyDone => ("already-done", None),
             Err(e) => {
                 let next =
                     span.in_scope(|| inv.after_error(&step, e, self.config.timing.poll_interval));
@@ -369,7 +418,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         // clients a breather and leave the next member to a later invocation.
         let long_defrag =
             matches!(step, Step::Defragment { .. }) && applying.elapsed() > LONG_DEFRAG;
-        inv.applied(step, outcome);
+        inv.applied(step, outcome, written, obs.now);
         if long_defrag {
             inv.steps
                 .push("pause: the defragmentation took long".into());
@@ -432,6 +481,63 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         }
         Ok(())
     }
+}
+
+/// TLS=managed: the cluster's CA and its token key, each created (create-only) if there is none
+/// yet. The CA's remaining life is logged each time.
+pub async fn cluster_ca(
+    secrets: &impl Secrets,
+    cluster: &str,
+    now: Timestamp,
+) -> Result<crate::pki::Ca, Error> {
+    let mut ca = match secrets.load_ca().await? {
+        Some(ca) => ca,
+        None => {
+            let fresh = crate::pki::Ca::generate(cluster, now)?;
+            match secrets.create_ca(&fresh).await? {
+                crate::ports::Created::Created => {
+                    tracing::warn!(not_after = fresh.not_after, "created the cluster's CA");
+                    fresh
+                }
+                // Another invocation created one first: use that.
+                crate::ports::Created::AlreadyExists => {
+                    secrets.load_ca().await?.ok_or(Error::Pki {
+                        what: "reading the CA",
+                        detail: "it exists and then does not: deleted by hand?".into(),
+                    })?
+                }
+            }
+        }
+    };
+    ca.token_key = Some(match secrets.load_token_key().await? {
+        Some(key) => key,
+        None => {
+            let fresh = crate::pki::generate_token_key()?;
+            match secrets.create_token_key(&fresh).await? {
+                crate::ports::Created::Created => {
+                    tracing::warn!("created the cluster's token key");
+                    fresh
+                }
+                crate::ports::Created::AlreadyExists => {
+                    secrets.load_token_key().await?.ok_or(Error::Pki {
+                        what: "reading the token key",
+                        detail: "it exists and then does not: deleted by hand?".into(),
+                    })?
+                }
+            }
+        }
+    });
+    let days_left = (ca.not_after - now) / 86_400;
+    if days_left < 365 {
+        tracing::error!(
+            days_left,
+            not_after = ca.not_after,
+            "the cluster's CA ends within a year: plan its replacement (README, TLS)"
+        );
+    } else {
+        tracing::info!(days_left, not_after = ca.not_after, "cluster CA");
+    }
+    Ok(ca)
 }
 
 #[cfg(test)]

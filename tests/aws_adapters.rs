@@ -116,12 +116,15 @@ async fn group_instances_and_lifecycle_actions() {
     let sdk = sdk_at(&moto.endpoint).await;
     let ids = group_with_hooks(&sdk, "etcd", 2).await;
     let autoscaling = aws_sdk_autoscaling::Client::new(&sdk);
-    let group = |address| AutoScalingGroup {
-        autoscaling: autoscaling.clone(),
-        ec2: aws_sdk_ec2::Client::new(&sdk),
-        group: "etcd".into(),
-        address,
+    let group_named = |name: &str, address| {
+        AutoScalingGroup::new(
+            autoscaling.clone(),
+            aws_sdk_ec2::Client::new(&sdk),
+            name.into(),
+            address,
+        )
     };
+    let group = |address| group_named("etcd", address);
 
     let described = group(AddressSource::Tag("etcd-address".into()))
         .describe()
@@ -177,10 +180,7 @@ async fn group_instances_and_lifecycle_actions() {
         .iter()
         .all(|i| i.address.as_deref().is_some_and(|a| a.starts_with("10."))));
 
-    let missing = AutoScalingGroup {
-        group: "nope".into(),
-        ..group(AddressSource::PrivateIp)
-    };
+    let missing = group_named("nope", AddressSource::PrivateIp);
     assert!(
         matches!(missing.describe().await.map(|g| g.instances), Err(Error::GroupNotFound(g)) if g == "nope")
     );
@@ -259,13 +259,18 @@ async fn group_instances_and_lifecycle_actions() {
     let mut names = hooks.hook_names().await.unwrap();
     names.sort();
     assert_eq!(names, vec!["etcd-launch", "etcd-terminate"]);
-    assert_eq!(
-        group(AddressSource::PrivateIp)
-            .instance_arn_prefix()
-            .await
-            .unwrap(),
-        "arn:aws:ec2:us-east-1:123456789012:instance/"
-    );
+    // Each instance carries its ARN, from the group's (what its parameters are tagged with).
+    for i in group(AddressSource::PrivateIp)
+        .describe()
+        .await
+        .unwrap()
+        .instances
+    {
+        assert_eq!(
+            i.arn,
+            format!("arn:aws:ec2:us-east-1:123456789012:instance/{}", i.id)
+        );
+    }
     // An in-service instance marked Unhealthy is the group's to replace: it shows as unhealthy,
     // or already on its way out through the terminate hook.
     hooks
@@ -318,13 +323,15 @@ async fn group_instances_and_lifecycle_actions() {
     );
 }
 
+/// The ARN of the instance the SSM tests publish for.
+const ARN: &str = "arn:aws:ec2:us-east-1:123456789012:instance/i-00000001";
+
 /// The SSM adapter under `prefix`, against moto, and a raw client to check what it wrote.
 async fn ssm_store(moto: &support::Moto, prefix: &str) -> (SsmParameters, aws_sdk_ssm::Client) {
     let ssm = aws_sdk_ssm::Client::new(&sdk_at(&moto.endpoint).await);
     let store = SsmParameters {
         ssm: ssm.clone(),
         prefix: prefix.into(),
-        instance_arn_prefix: "arn:aws:ec2:us-east-1:123456789012:instance/".into(),
         kms_key_id: None,
     };
     (store, ssm)
@@ -367,9 +374,9 @@ async fn published_config_round_trips_through_ssm() {
         root_tokens: false,
         metrics_url: None,
     };
-    store.publish("i-00000001", &config).await.unwrap();
-    store.publish("i-00000001", &config).await.unwrap(); // overwrite is fine
-                                                         // Something else under the prefix, and a corrupt member config: ignored, not fatal.
+    store.publish("i-00000001", ARN, &config).await.unwrap();
+    store.publish("i-00000001", ARN, &config).await.unwrap(); // overwrite is fine
+                                                              // Something else under the prefix, and a corrupt member config: ignored, not fatal.
     ssm.put_parameter()
         .name("/etcd-asg-lifecycle/test/members/i-0000000f")
         .value("garbage")
@@ -471,8 +478,8 @@ async fn published_config_round_trips_through_ssm() {
         .await
         .unwrap();
 
-    store.unpublish("i-00000001").await.unwrap();
-    store.unpublish("i-00000001").await.unwrap(); // already gone: fine
+    store.unpublish("i-00000001", false).await.unwrap();
+    store.unpublish("i-00000001", false).await.unwrap(); // already gone: fine
     assert!(store.load().await.unwrap().members.is_empty());
 
     // A restore request carries when it was written: it is for the loss it postdates.
@@ -510,10 +517,10 @@ async fn the_ca_and_member_keys_are_kept_as_secure_strings_created_once() {
     let (store, ssm) = ssm_store(&moto, "/etcd-asg-lifecycle/pki").await;
     let now = 1_800_000_000;
     // The first cold start creates the CA; every later one (and a racing one) reads that one.
-    let ca = etcd_asg_lifecycle::adapters::cluster_ca(&store, "pki", now)
+    let ca = etcd_asg_lifecycle::reconciler::cluster_ca(&store, "pki", now)
         .await
         .unwrap();
-    let again = etcd_asg_lifecycle::adapters::cluster_ca(&store, "pki", now + 5)
+    let again = etcd_asg_lifecycle::reconciler::cluster_ca(&store, "pki", now + 5)
         .await
         .unwrap();
     assert_eq!(ca, again);
@@ -562,7 +569,7 @@ async fn the_ca_and_member_keys_are_kept_as_secure_strings_created_once() {
     let bundle = issued.bundle(&ca);
     assert_eq!(
         store
-            .hand_out("i-00000001", &bundle, issued.not_after)
+            .hand_out("i-00000001", ARN, &bundle, issued.not_after)
             .await
             .unwrap(),
         Created::Created
@@ -572,7 +579,7 @@ async fn the_ca_and_member_keys_are_kept_as_secure_strings_created_once() {
         .unwrap();
     assert_eq!(
         store
-            .hand_out("i-00000001", &other.bundle(&ca), other.not_after)
+            .hand_out("i-00000001", ARN, &other.bundle(&ca), other.not_after)
             .await
             .unwrap(),
         Created::AlreadyExists
@@ -607,8 +614,8 @@ async fn the_ca_and_member_keys_are_kept_as_secure_strings_created_once() {
         state.cert_not_after.get("i-00000001"),
         Some(&issued.not_after)
     );
-    store.take_back("i-00000001").await.unwrap();
-    store.take_back("i-00000001").await.unwrap();
+    store.unpublish("i-00000001", true).await.unwrap();
+    store.unpublish("i-00000001", true).await.unwrap();
     assert!(store.load().await.unwrap().cert_not_after.is_empty());
     assert!(ssm
         .get_parameter()

@@ -91,7 +91,6 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
         s3: s3.clone(),
         bucket: "backups".into(),
         prefix: "etcd-asg-lifecycle/test".into(),
-        instance_arn_prefix: "arn:aws:ec2:us-east-1:123456789012:instance/".into(),
     };
 
     let mut etcd = support::Etcd::new("n1", dir.path());
@@ -162,7 +161,10 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
 
     // What the seed gets: the URL, the checksum, and read access by its tag.
     let handed = store
-        .hand_over(&backup.key, "i-0000000000000000a")
+        .hand_over(
+            &backup.key,
+            "arn:aws:ec2:us-east-1:123456789012:instance/i-0000000000000000a",
+        )
         .await
         .unwrap();
     assert_eq!(handed.sha256, sha256);

@@ -1,6 +1,7 @@
 //! The group's instances (Auto Scaling + EC2) and its lifecycle actions.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 use aws_sdk_autoscaling::config::http::HttpResponse;
 use aws_sdk_autoscaling::error::{ProvideErrorMetadata, SdkError};
@@ -20,9 +21,29 @@ pub struct AutoScalingGroup {
     pub ec2: aws_sdk_ec2::Client,
     pub group: String,
     pub address: AddressSource,
+    /// What EC2 told of each instance once it had an address: an instance's address and launch
+    /// time do not change while it runs, so EC2 is asked only of the others (a new instance, or
+    /// one still without an address). Kept for the warm environment; forgotten when the
+    /// instance leaves the group.
+    known: Mutex<HashMap<String, (String, i64)>>,
 }
 
 impl AutoScalingGroup {
+    pub fn new(
+        autoscaling: aws_sdk_autoscaling::Client,
+        ec2: aws_sdk_ec2::Client,
+        group: String,
+        address: AddressSource,
+    ) -> Self {
+        Self {
+            autoscaling,
+            ec2,
+            group,
+            address,
+            known: Mutex::default(),
+        }
+    }
+
     /// This group, as DescribeAutoScalingGroups tells it.
     async fn group(&self) -> Result<aws_sdk_autoscaling::types::AutoScalingGroup, Error> {
         let out = self
@@ -38,12 +59,84 @@ impl AutoScalingGroup {
             .cloned()
             .ok_or_else(|| Error::GroupNotFound(self.group.clone()))
     }
+
+    /// Address and launch time of each of `ids`: EC2's, for those not known yet. An instance
+    /// EC2 no longer knows keeps no address.
+    async fn details(
+        &self,
+        ids: &[String],
+    ) -> Result<HashMap<String, (Option<String>, i64)>, Error> {
+        let mut known = self.known.lock().unwrap().clone();
+        known.retain(|id, _| ids.contains(id));
+        let ask: Vec<String> = ids
+            .iter()
+            .filter(|id| !known.contains_key(*id))
+            .cloned()
+            .collect();
+        let mut out: HashMap<String, (Option<String>, i64)> = known
+            .iter()
+            .map(|(id, (address, at))| (id.clone(), (Some(address.clone()), *at)))
+            .collect();
+        if !ask.is_empty() {
+            let mut pages = self
+                .ec2
+                .describe_instances()
+                .set_instance_ids(Some(ask))
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                let page = page.map_err(|e| aws("DescribeInstances")(e.into()))?;
+                for i in page.reservations().iter().flat_map(|r| r.instances()) {
+                    let Some(id) = i.instance_id() else { continue };
+                    let launched = i.launch_time().map_or(0, |t| t.secs());
+                    let address = self.address_of(id, i);
+                    if let Some(a) = &address {
+                        known.insert(id.to_string(), (a.clone(), launched));
+                    }
+                    out.insert(id.to_string(), (address, launched));
+                }
+            }
+        }
+        *self.known.lock().unwrap() = known;
+        Ok(out)
+    }
+
+    /// The instance's address as ADDRESS_SOURCE says; one that is not an IP address or host
+    /// name is none at all, and the instance is never seeded or joined.
+    fn address_of(&self, id: &str, i: &aws_sdk_ec2::types::Instance) -> Option<String> {
+        let address = match &self.address {
+            AddressSource::PrivateIp => i.private_ip_address().map(str::to_string),
+            AddressSource::Tag(key) => i
+                .tags()
+                .iter()
+                .find(|t| t.key() == Some(key.as_str()))
+                .and_then(|t| t.value().map(str::to_string)),
+        };
+        address.filter(|a| {
+            let ok = is_valid_address(a);
+            if !ok {
+                tracing::warn!(instance = id, value = %shown(a), "address rejected: not an IP address or host name");
+            }
+            ok
+        })
+    }
 }
 
 impl Group for AutoScalingGroup {
+    /// One DescribeAutoScalingGroups, and DescribeInstances only for instances not seen with an
+    /// address before.
     async fn describe(&self) -> Result<GroupState, Error> {
         let group = self.group().await?;
         let desired_capacity = group.desired_capacity().unwrap_or(0).max(0) as u32;
+        let group_arn = group.auto_scaling_group_arn().unwrap_or_default();
+        let arn_prefix = instance_arn_prefix(group_arn).ok_or_else(|| Error::Aws {
+            operation: "DescribeAutoScalingGroups",
+            source: format!(
+                "group ARN {} is not arn:<partition>:autoscaling:<region>:<account>:…",
+                shown(group_arn)
+            )
+            .into(),
+        })?;
         let states: Vec<(String, LifecycleState, bool)> = group
             .instances()
             .iter()
@@ -58,49 +151,14 @@ impl Group for AutoScalingGroup {
                 ))
             })
             .collect();
-        if states.is_empty() {
-            return Ok(GroupState {
-                instances: vec![],
-                desired_capacity,
-            });
-        }
-        // Address and launch time: EC2's. An instance EC2 no longer knows keeps no address.
-        let mut details: HashMap<String, (Option<String>, i64)> = HashMap::new();
-        let mut pages = self
-            .ec2
-            .describe_instances()
-            .set_instance_ids(Some(states.iter().map(|(id, ..)| id.clone()).collect()))
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| aws("DescribeInstances")(e.into()))?;
-            for i in page.reservations().iter().flat_map(|r| r.instances()) {
-                let Some(id) = i.instance_id() else { continue };
-                let address = match &self.address {
-                    AddressSource::PrivateIp => i.private_ip_address().map(str::to_string),
-                    AddressSource::Tag(key) => i
-                        .tags()
-                        .iter()
-                        .find(|t| t.key() == Some(key.as_str()))
-                        .and_then(|t| t.value().map(str::to_string)),
-                };
-                // An instance without a usable address is never seeded or joined.
-                let address = address.filter(|a| {
-                    let ok = is_valid_address(a);
-                    if !ok {
-                        tracing::warn!(instance = id, value = %shown(a), "address rejected: not an IP address or host name");
-                    }
-                    ok
-                });
-                let launched = i.launch_time().map_or(0, |t| t.secs());
-                details.insert(id.to_string(), (address, launched));
-            }
-        }
+        let ids: Vec<String> = states.iter().map(|(id, ..)| id.clone()).collect();
+        let mut details = self.details(&ids).await?;
         let instances = states
             .into_iter()
             .map(|(id, state, healthy)| {
                 let (address, launched_at) = details.remove(&id).unwrap_or((None, 0));
                 Instance {
+                    arn: format!("{arn_prefix}{id}"),
                     id,
                     state,
                     address,
@@ -125,23 +183,6 @@ impl Group for AutoScalingGroup {
             .await
             .map_err(|e| aws("SetInstanceHealth")(e.into()))?;
         Ok(())
-    }
-}
-
-impl AutoScalingGroup {
-    /// `arn:<partition>:ec2:<region>:<account>:instance/`, from the group's own ARN: what an
-    /// instance's requests carry as `ec2:SourceInstanceARN`, less the instance id.
-    pub async fn instance_arn_prefix(&self) -> Result<String, Error> {
-        let group = self.group().await?;
-        let arn = group.auto_scaling_group_arn().unwrap_or_default();
-        instance_arn_prefix(arn).ok_or_else(|| Error::Aws {
-            operation: "DescribeAutoScalingGroups",
-            source: format!(
-                "group ARN {} is not arn:<partition>:autoscaling:<region>:<account>:…",
-                shown(arn)
-            )
-            .into(),
-        })
     }
 }
 

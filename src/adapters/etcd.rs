@@ -1,6 +1,6 @@
 //! The etcd v3 JSON gateway (`POST /v3/cluster/member/*`, `/v3/maintenance/*`) over reqwest.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use serde::de::{DeserializeOwned, Deserializer};
@@ -26,13 +26,13 @@ pub struct EtcdMembers {
     timeout: Duration,
     /// TLS=managed: the CA the function's own certificate is issued from again at half its life
     /// (a warm Lambda environment may outlive it), and when that is due.
-    renewal: Option<(crate::pki::Ca, Mutex<i64>)>,
+    renewal: OnceLock<(crate::pki::Ca, Mutex<i64>)>,
     /// The last endpoint that answered as a voter: asked first next time.
     preferred: Mutex<Option<String>>,
     /// TLS=managed: the function is etcd's `root` through tokens it signs (see `RootTokens`),
     /// sent once etcd asks for a user (`auth_seen`): a member of an older config verifies no
     /// such token, and etcd before 3.4.28/3.5.10 checks a token even with authentication off.
-    root: Option<RootTokens>,
+    root: OnceLock<RootTokens>,
     auth_seen: std::sync::atomic::AtomicBool,
     /// Per endpoint, the signer (`RootTokens`) whose token it took last, asked first next time:
     /// a member of a bundle older than the token key verifies only the CA's.
@@ -310,9 +310,9 @@ impl EtcdMembers {
         Ok(Self {
             client: Mutex::new(Self::build(timeout, tls)?),
             timeout,
-            renewal: None,
+            renewal: OnceLock::new(),
             preferred: Mutex::new(None),
-            root: None,
+            root: OnceLock::new(),
             auth_seen: std::sync::atomic::AtomicBool::new(false),
             signers: Mutex::default(),
             compacted_to: Mutex::new(0),
@@ -335,16 +335,30 @@ impl EtcdMembers {
         ca: &crate::pki::Ca,
         issued: i64,
     ) -> Result<Self, Error> {
-        let identity = own_identity(ca, issued)?;
-        let mut members = Self::new(timeout, Some(&identity))?.with_root(ca.root_tokens()?);
-        let due = issued + crate::pki::FUNCTION_CERT_SECS / 2;
-        members.renewal = Some((ca.clone(), Mutex::new(due)));
+        let members = Self::new(timeout, None)?;
+        members.managed_by(ca, issued)?;
         Ok(members)
+    }
+
+    /// TLS=managed, from now on: the function's own certificate issued from `ca` at `issued`
+    /// (and again at half its life), and `root` through tokens of the cluster's keys. Once:
+    /// a second call changes nothing.
+    fn managed_by(&self, ca: &crate::pki::Ca, issued: i64) -> Result<(), Error> {
+        if self.renewal.get().is_some() {
+            return Ok(());
+        }
+        let identity = own_identity(ca, issued)?;
+        let tokens = ca.root_tokens()?;
+        *self.client.lock().unwrap() = Self::build(self.timeout, Some(&identity))?;
+        let due = issued + crate::pki::FUNCTION_CERT_SECS / 2;
+        let _ = self.root.set(tokens);
+        let _ = self.renewal.set((ca.clone(), Mutex::new(due)));
+        Ok(())
     }
 
     /// The HTTP client, with a fresh certificate of the function's own first when one is due.
     fn client(&self) -> Result<reqwest::Client, Error> {
-        if let Some((ca, due)) = &self.renewal {
+        if let Some((ca, due)) = self.renewal.get() {
             let now = unix_now();
             let mut due = due.lock().unwrap();
             if now >= *due {
@@ -446,8 +460,8 @@ impl EtcdMembers {
         Some(url)
     }
 
-    pub fn with_root(mut self, tokens: RootTokens) -> Self {
-        self.root = Some(tokens);
+    pub fn with_root(self, tokens: RootTokens) -> Self {
+        let _ = self.root.set(tokens);
         self
     }
 
@@ -462,7 +476,7 @@ impl EtcdMembers {
     fn tokens(&self, endpoint: &str) -> Result<Vec<String>, Error> {
         let Some(root) = self
             .root
-            .as_ref()
+            .get()
             .filter(|_| self.auth_seen.load(std::sync::atomic::Ordering::Relaxed))
         else {
             return Ok(Vec::new());
@@ -488,7 +502,7 @@ impl EtcdMembers {
         if tried == 0 {
             return;
         }
-        let n = self.root.as_ref().map_or(1, RootTokens::signers);
+        let n = self.root.get().map_or(1, RootTokens::signers);
         let signer = (self.signer_of(endpoint) + tried) % n;
         tracing::info!(
             endpoint,
@@ -505,7 +519,7 @@ impl EtcdMembers {
     /// then it is tried again with a token, and tokens are sent from now on.
     fn asks_for_root(&self, sent_token: bool, r: &Result<impl Sized, Error>) -> bool {
         let user_empty = matches!(r, Err(e) if e.refusal() == Some(Refusal::UserEmpty));
-        if sent_token || self.root.is_none() || !user_empty {
+        if sent_token || self.root.get().is_none() || !user_empty {
             return false;
         }
         if !self
@@ -607,7 +621,7 @@ impl EtcdMembers {
         } else {
             false
         };
-        let auth_enabled = match self.root {
+        let auth_enabled = match self.root.get() {
             Some(_) => self.auth_enabled(endpoint).await?,
             None => false,
         };
@@ -997,6 +1011,10 @@ impl Members for EtcdMembers {
         }
     }
 
+    fn identify(&self, ca: &crate::pki::Ca) -> Result<(), Error> {
+        self.managed_by(ca, unix_now())
+    }
+
     async fn add_learner(&self, endpoint: &str, peer_url: &str) -> Result<MemberId, Error> {
         let r: AddResponse = self
             .call(
@@ -1061,7 +1079,7 @@ impl Members for EtcdMembers {
     async fn snapshot(&self, endpoint: &str) -> Result<Snapshot, Error> {
         // A survivor answers for itself: ask it whether a user is needed before streaming (a
         // served cluster's observation asked already).
-        if self.root.is_some() && !self.auth_seen.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.root.get().is_some() && !self.auth_seen.load(std::sync::atomic::Ordering::Relaxed) {
             self.auth_enabled(endpoint).await?;
         }
         // The stream is one request, with one token: learn first which key this member takes
@@ -1069,7 +1087,7 @@ impl Members for EtcdMembers {
         // the token on 3.4 too: a serializable read of nothing, which the member answers alone
         // (its answer, "auth revision is old" for root tokens, does not matter). A failure here
         // is the snapshot's to report.
-        if self.root.is_some() && self.auth_seen.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.root.get().is_some() && self.auth_seen.load(std::sync::atomic::Ordering::Relaxed) {
             let nothing = json!({"key": "AA==", "serializable": true, "count_only": true});
             let _ = self
                 .call::<Value>(

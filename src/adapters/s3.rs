@@ -22,8 +22,6 @@ pub struct S3Backups {
     pub bucket: String,
     /// Without leading or trailing '/'.
     pub prefix: String,
-    /// `arn:<partition>:ec2:<region>:<account>:instance/`
-    pub instance_arn_prefix: String,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -294,7 +292,7 @@ impl Backups for S3Backups {
         Ok(())
     }
 
-    async fn hand_over(&self, key: &str, instance: &str) -> Result<BackupRef, Error> {
+    async fn hand_over(&self, key: &str, instance_arn: &str) -> Result<BackupRef, Error> {
         let out = self
             .s3
             .get_object()
@@ -316,7 +314,7 @@ impl Backups for S3Backups {
             })?;
         let tag = Tag::builder()
             .key(INSTANCE_ARN_TAG)
-            .value(format!("{}{instance}", self.instance_arn_prefix))
+            .value(instance_arn)
             .build()
             .map_err(|e| aws("PutObjectTagging")(e.into()))?;
         self.s3

@@ -4,7 +4,7 @@
 //! etcd was first seen down, epoch seconds) and `<prefix>/decided/<seed>-<created>` (the fence
 //! of a record replaced because its seed never served).
 
-use aws_sdk_ssm::types::{ParameterType, ResourceTypeForTagging, Tag};
+use aws_sdk_ssm::types::{ParameterStringFilter, ParameterType, ResourceTypeForTagging, Tag};
 
 use super::sdk::aws;
 use crate::error::Error;
@@ -23,8 +23,6 @@ const SERVED: &str = "served";
 pub struct SsmParameters {
     pub ssm: aws_sdk_ssm::Client,
     pub prefix: String,
-    /// `arn:<partition>:ec2:<region>:<account>:instance/`
-    pub instance_arn_prefix: String,
     /// The KMS key of SecureStrings; None: the account's `aws/ssm` key.
     pub kms_key_id: Option<String>,
 }
@@ -63,20 +61,29 @@ impl SsmParameters {
     }
 
     async fn put(&self, name: String, value: String, overwrite: bool) -> Result<Created, Error> {
-        self.put_typed(name, value, overwrite, ParameterType::String)
+        self.put_typed(name, value, overwrite, ParameterType::String, None)
             .await
     }
 
+    /// `for_instance`: a new parameter is created tagged with that instance ARN, so that it is
+    /// never readable by anyone else, not even for a moment (fail closed). SSM takes tags only
+    /// on creation: "You can't use Tags with Overwrite"
+    /// (https://docs.aws.amazon.com/systems-manager/latest/APIReference/API_PutParameter.html).
     async fn put_typed(
         &self,
         name: String,
         value: String,
         overwrite: bool,
         kind: ParameterType,
+        for_instance: Option<&str>,
     ) -> Result<Created, Error> {
         let key_id = match kind {
             ParameterType::SecureString => self.kms_key_id.clone(),
             _ => None,
+        };
+        let tags = match for_instance.filter(|_| !overwrite) {
+            Some(arn) => Some(vec![instance_tag(arn)?]),
+            None => None,
         };
         let r = self
             .ssm
@@ -86,6 +93,7 @@ impl SsmParameters {
             .r#type(kind)
             .set_key_id(key_id)
             .overwrite(overwrite)
+            .set_tags(tags)
             .send()
             .await;
         match r {
@@ -138,19 +146,14 @@ impl SsmParameters {
         }
     }
 
-    /// Tags a parameter with the instance's ARN: the instance policy lets only that instance
-    /// read it.
-    async fn tag_for(&self, instance: &str, name: String) -> Result<(), Error> {
-        let tag = Tag::builder()
-            .key(INSTANCE_ARN_TAG)
-            .value(format!("{}{instance}", self.instance_arn_prefix))
-            .build()
-            .map_err(|e| aws("AddTagsToResource")(e.into()))?;
+    /// Tags an existing parameter with the instance's ARN: the instance policy lets only that
+    /// instance read it. (Harmless when it is tagged already.)
+    async fn tag_for(&self, instance_arn: &str, name: String) -> Result<(), Error> {
         self.ssm
             .add_tags_to_resource()
             .resource_type(ResourceTypeForTagging::Parameter)
             .resource_id(name)
-            .tags(tag)
+            .tags(instance_tag(instance_arn)?)
             .send()
             .await
             .map_err(|e| aws("AddTagsToResource")(e.into()))?;
@@ -182,6 +185,16 @@ impl SsmParameters {
     }
 }
 
+/// The tag an instance's parameters carry: its ARN, which the instance policy compares with the
+/// requesting instance's `ec2:SourceInstanceARN` (template.yaml).
+fn instance_tag(instance_arn: &str) -> Result<Tag, Error> {
+    Tag::builder()
+        .key(INSTANCE_ARN_TAG)
+        .value(instance_arn)
+        .build()
+        .map_err(|e| aws("AddTagsToResource")(e.into()))
+}
+
 impl ports::PublishedConfig for SsmParameters {
     async fn load(&self) -> Result<PublishedState, Error> {
         let mut state = PublishedState::default();
@@ -190,11 +203,20 @@ impl ports::PublishedConfig for SsmParameters {
         let certs_path = format!("{}/certs/", self.prefix);
         let restore_request = format!("{}/restore-request", self.prefix);
         let cluster_name = self.cluster_name();
+        // Plain Strings only: the SecureStrings (bundles, the CA, the token key) are read where
+        // they are needed, and left out the listing takes fewer pages of 10.
+        let plain = ParameterStringFilter::builder()
+            .key("Type")
+            .option("Equals")
+            .values("String")
+            .build()
+            .map_err(|e| aws("GetParametersByPath")(e.into()))?;
         let mut pages = self
             .ssm
             .get_parameters_by_path()
             .path(&self.prefix)
             .recursive(true)
+            .parameter_filters(plain)
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
@@ -327,11 +349,30 @@ impl ports::PublishedConfig for SsmParameters {
         Ok(Created::Created)
     }
 
-    /// Written, then tagged: until the tag is there the instance cannot read it (fail closed).
-    async fn publish(&self, instance: &str, config: &MemberConfig) -> Result<(), Error> {
+    /// Created tagged; rewritten (an unstarted member's config after the member list changed,
+    /// the seed's once it served), then tagged again: a parameter of an older version that
+    /// tagged after writing may lack its tag.
+    async fn publish(
+        &self,
+        instance: &str,
+        instance_arn: &str,
+        config: &MemberConfig,
+    ) -> Result<(), Error> {
         let name = self.member_name(instance);
-        self.put(name.clone(), config.to_env(), true).await?;
-        self.tag_for(instance, name).await
+        let kind = ParameterType::String;
+        let value = config.to_env();
+        let put = self.put_typed(
+            name.clone(),
+            value.clone(),
+            false,
+            kind.clone(),
+            Some(instance_arn),
+        );
+        if put.await? == Created::AlreadyExists {
+            self.put(name.clone(), value, true).await?;
+            self.tag_for(instance_arn, name).await?;
+        }
+        Ok(())
     }
 
     async fn note_down(&self, instance: &str, since: Timestamp) -> Result<(), Error> {
@@ -344,8 +385,21 @@ impl ports::PublishedConfig for SsmParameters {
         self.delete(self.down_name(instance)).await
     }
 
-    async fn unpublish(&self, instance: &str) -> Result<(), Error> {
-        self.delete(self.member_name(instance)).await
+    /// One DeleteParameters for all of them (names already gone are not errors).
+    async fn unpublish(&self, instance: &str, key_material: bool) -> Result<(), Error> {
+        let mut names = Vec::new();
+        if key_material {
+            names.push(self.tls_name(instance));
+            names.push(self.cert_name(instance));
+        }
+        names.push(self.member_name(instance));
+        self.ssm
+            .delete_parameters()
+            .set_names(Some(names))
+            .send()
+            .await
+            .map_err(|e| aws("DeleteParameters")(e.into()))?;
+        Ok(())
     }
 }
 
@@ -368,7 +422,8 @@ impl ports::Secrets for SsmParameters {
 
     async fn create_ca(&self, ca: &Ca) -> Result<Created, Error> {
         let value = serde_json::to_string(ca).expect("a CA serializes");
-        self.put_typed(self.ca_name(), value, false, ParameterType::SecureString)
+        let kind = ParameterType::SecureString;
+        self.put_typed(self.ca_name(), value, false, kind, None)
             .await
     }
 
@@ -386,19 +441,16 @@ impl ports::Secrets for SsmParameters {
 
     async fn create_token_key(&self, key: &KeyPem) -> Result<Created, Error> {
         let value = key.expose().to_string();
-        self.put_typed(
-            self.token_key_name(),
-            value,
-            false,
-            ParameterType::SecureString,
-        )
-        .await
+        let kind = ParameterType::SecureString;
+        self.put_typed(self.token_key_name(), value, false, kind, None)
+            .await
     }
 
-    /// Written, then tagged (fail closed, as configs).
+    /// Created tagged (fail closed, as configs).
     async fn hand_out(
         &self,
         instance: &str,
+        instance_arn: &str,
         bundle: &KeyPem,
         not_after: Timestamp,
     ) -> Result<Created, Error> {
@@ -408,21 +460,15 @@ impl ports::Secrets for SsmParameters {
         self.put(self.cert_name(instance), not_after.to_string(), false)
             .await?;
         let name = self.tls_name(instance);
+        let value = bundle.expose().to_string();
+        let kind = ParameterType::SecureString;
         let created = self
-            .put_typed(
-                name.clone(),
-                bundle.expose().to_string(),
-                false,
-                ParameterType::SecureString,
-            )
+            .put_typed(name.clone(), value, false, kind, Some(instance_arn))
             .await?;
-        // Tagging again is harmless, and finishes a hand-out whose tag step failed.
-        self.tag_for(instance, name).await?;
+        if created == Created::AlreadyExists {
+            // Finishes a hand-out of an older version, which tagged after writing.
+            self.tag_for(instance_arn, name).await?;
+        }
         Ok(created)
-    }
-
-    async fn take_back(&self, instance: &str) -> Result<(), Error> {
-        self.delete(self.tls_name(instance)).await?;
-        self.delete(self.cert_name(instance)).await
     }
 }

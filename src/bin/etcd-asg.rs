@@ -108,7 +108,8 @@ async fn run(args: Args) -> Result<(), Error> {
         }
         None => Config::from_env()?,
     };
-    let live = adapters::connect(config, &aws).await?;
+    let live = adapters::connect(config, &aws)?;
+    live.identify().await?;
     match args.command {
         Command::Status { json, watch } => commands::status(&live, json, watch).await,
         Command::Plan { json } => commands::plan(&live, json).await,

@@ -96,7 +96,7 @@ pub struct ClientCert {
 /// `client-cert USER`: the user's access granted first (a certificate is handed out only for a
 /// user that can use it), then the certificate, key (and password) written.
 pub async fn client_cert(live: &Live, ask: ClientCert) -> Result<(), Error> {
-    let Some(ca) = &live.ca else {
+    let Some(ca) = live.ca.get() else {
         return Err(Error::Config {
             var: "TLS".into(),
             value: "off".into(),

@@ -507,6 +507,7 @@ mod tests {
             desired_capacity: 3,
             instances: vec![Instance {
                 id: "i-1".into(),
+                arn: "arn:aws:ec2:us-east-1:123456789012:instance/i-1".into(),
                 state: LifecycleState::InService,
                 address: Some("10.0.0.1".into()),
                 launched_at: 1,

@@ -150,6 +150,7 @@ pub fn recovery(
             new: restored(record, &backup, &seed.id, settings, obs.now),
             old: record.clone(),
             backup,
+            seed_arn: seed.arn.clone(),
         }),
         Choice::AwaitRequest => Plan::waiting(Wait::AwaitRestoreRequest {
             stale: stale_request(obs),

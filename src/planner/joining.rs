@@ -72,6 +72,7 @@ fn the_learner(ctx: &Context) -> Option<Step> {
         }
         _ => Some(Step::Publish {
             instance: instance.id.clone(),
+            instance_arn: instance.arn.clone(),
             certificate: certificate(ctx.obs, ctx.settings, &instance.id, address),
             config,
         }),

@@ -58,6 +58,7 @@ pub fn bookkeeping(ctx: &Context) -> Option<Step> {
     };
     Some(Step::Publish {
         instance: record.seed.clone(),
+        instance_arn: seed.arn.clone(),
         config: MemberConfig {
             state: InitialState::Existing,
             // Restoring again would found a second copy of the cluster.
@@ -99,6 +100,7 @@ pub fn bootstrap(obs: &Observation, settings: &Settings, detail: &str) -> Plan {
         // The seed never served and is gone (or leaving): choose another, conditionally.
         None => Plan::only(match seed_candidate(obs, Some(&record.seed)) {
             Some(next) => Step::ReseedCluster {
+                seed_arn: next.arn.clone(),
                 old: record.clone(),
                 new: ClusterRecord {
                     restored_from: record.restored_from.clone(),
@@ -152,6 +154,7 @@ fn seed_step(
         }
         _ => Step::Publish {
             instance: seed.id.clone(),
+            instance_arn: seed.arn.clone(),
             certificate: certificate(obs, settings, &seed.id, address),
             config,
         },

@@ -20,11 +20,15 @@ pub enum Step {
     ReseedCluster {
         old: ClusterRecord,
         new: ClusterRecord,
+        /// The new seed's ARN, which the restored snapshot is handed over to.
+        seed_arn: String,
     },
     /// Rewrite the record as having served, with the cluster's id.
     MarkServed(ClusterRecord),
     Publish {
         instance: String,
+        /// The instance's ARN: only its own requests may read the config (and bundle).
+        instance_arn: String,
         config: MemberConfig,
         /// TLS=managed and the instance has no bundle yet: issue its certificate first.
         certificate: Option<MemberCertificate>,
@@ -117,6 +121,8 @@ pub enum Step {
         old: ClusterRecord,
         new: ClusterRecord,
         backup: Backup,
+        /// The seed's ARN, which the snapshot is handed over to.
+        seed_arn: String,
     },
     Wait(Wait),
     Idle,
@@ -470,7 +476,7 @@ impl Step {
                 "rule 1: no cluster record and no member answers: create the record, seeded by {} (the oldest launching instance)",
                 r.seed
             ),
-            Self::ReseedCluster { old, new } => format!(
+            Self::ReseedCluster { old, new, .. } => format!(
                 "rule 1: the seed {} never served and is gone: replace the record, seeded by {}",
                 old.seed, new.seed
             ),

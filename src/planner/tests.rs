@@ -7,6 +7,10 @@ fn settings() -> Settings {
     Settings::for_tests()
 }
 
+fn arn(n: u8) -> String {
+    format!("arn:aws:ec2:us-east-1:123456789012:instance/i-0000000{n}")
+}
+
 /// The voter that answers the member list in `Given::members`: where membership calls go.
 const ANSWERING: &str = "http://10.0.0.1:2379";
 
@@ -21,6 +25,7 @@ fn peer(n: u8) -> String {
 fn inst(n: u8, state: LifecycleState) -> Instance {
     Instance {
         id: format!("i-0000000{n}"),
+        arn: arn(n),
         state,
         address: Some(addr(n)),
         launched_at: n as i64,
@@ -256,6 +261,7 @@ fn after_the_record_the_seed_gets_a_new_cluster_config_of_itself() {
         g.plan(),
         Step::Publish {
             instance: i(1),
+            instance_arn: arn(1),
             config: seed_config(1),
             certificate: None
         }
@@ -800,6 +806,7 @@ impl Given {
 
 fn unhealthy_inst(n: u8, state: LifecycleState) -> Instance {
     Instance {
+        arn: arn(n),
         healthy: false,
         ..inst(n, state)
     }
@@ -1060,7 +1067,7 @@ fn a_seed_that_never_starts_is_abandoned_after_the_start_timeout() {
 #[test]
 fn a_record_whose_seed_never_served_and_is_gone_is_reseeded() {
     let g = given(vec![inst(3, PendingWait), inst(2, PendingWait)]).bootstrapping(1);
-    let Step::ReseedCluster { old, new } = g.plan() else {
+    let Step::ReseedCluster { old, new, .. } = g.plan() else {
         panic!("{:?}", g.plan())
     };
     assert_eq!(old.seed, i(1));

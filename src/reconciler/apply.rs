@@ -10,7 +10,7 @@ use tracing::{info, warn};
 use super::invocation::Meter;
 use super::Reconciler;
 use crate::error::Error;
-use crate::model::{ClusterRecord, Restore, Timestamp};
+use crate::model::{ClusterRecord, Restore, Timestamp, Written};
 use crate::planner::{Replacement, Step};
 use crate::ports::{
     Backups, Compacted, Completion, Created, Group, Lifecycle, Members, PublishedConfig, Secrets,
@@ -18,6 +18,9 @@ use crate::ports::{
 };
 
 type Outcome = Result<&'static str, Error>;
+/// What applying a step did, and what it wrote under the prefix when the invocation may take
+/// that for a listing (`Written`).
+pub(super) type Applied = Result<(&'static str, Option<Written>), Error>;
 
 impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backups>
     Reconciler<G, L, P, M, B>
@@ -30,7 +33,8 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         meter: &Meter,
         now: Timestamp,
         until: Instant,
-    ) -> Outcome {
+    ) -> Applied {
+        let only = |o: Outcome| o.map(|o| (o, None));
         match step {
             Step::CreateCluster(_)
             | Step::ReseedCluster { .. }
@@ -43,36 +47,40 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             Step::AddLearner { .. }
             | Step::Promote { .. }
             | Step::TransferLeadership { .. }
-            | Step::RemoveMember { .. } => self.membership(step, meter).await,
-            Step::Replace { .. } | Step::Complete { .. } => self.group_step(step, meter).await,
+            | Step::RemoveMember { .. } => only(self.membership(step, meter).await),
+            Step::Replace { .. } | Step::Complete { .. } => {
+                only(self.group_step(step, meter).await)
+            }
             Step::Compact { .. }
             | Step::Defragment { .. }
             | Step::Disarm { .. }
-            | Step::EnableAuth { .. } => self.maintenance(step, meter).await,
-            Step::Backup { .. } | Step::Prune { .. } => self.backup(step, meter, until).await,
-            Step::Wait(_) | Step::Idle => Ok("nothing"),
+            | Step::EnableAuth { .. } => only(self.maintenance(step, meter).await),
+            Step::Backup { .. } | Step::Prune { .. } => only(self.backup(step, meter, until).await),
+            Step::Wait(_) | Step::Idle => Ok(("nothing", None)),
         }
     }
 
     /// The cluster record: created once, replaced behind a fence, marked served, restored.
-    async fn record(&self, step: &Step, meter: &Meter) -> Outcome {
+    async fn record(&self, step: &Step, meter: &Meter) -> Applied {
         let published = &self.published;
-        let won = |c: Created, yes| match c {
-            Created::Created => yes,
-            Created::AlreadyExists => "lost-race",
+        // Ours, as written; another's (a lost race) is the next listing's to tell.
+        let won = |c: Created, yes, record: &ClusterRecord| match c {
+            Created::Created => (yes, Some(Written::Record(record.clone()))),
+            Created::AlreadyExists => ("lost-race", None),
         };
         match step {
             Step::CreateCluster(record) => Ok(won(
                 meter.aws(published.create_cluster(record)).await?,
                 "created",
+                record,
             )),
-            Step::ReseedCluster { old, new } => {
+            Step::ReseedCluster { old, new, seed_arn } => {
                 // A restored generation's new seed must be able to read the snapshot: it is
                 // tagged for one instance, the seed that died.
                 if let Some(restore) = &new.restored_from {
                     let store = self.store(step)?;
                     meter
-                        .aws(store.hand_over(&restore.snapshot.key, &new.seed))
+                        .aws(store.hand_over(&restore.snapshot.key, seed_arn))
                         .await?;
                 }
                 let r = meter.aws(published.replace_cluster(old, new)).await?;
@@ -80,15 +88,21 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                     warn!(old_seed = %old.seed, new_seed = %new.seed, old_token = %old.token,
                         "the seed never served: cluster record replaced, bootstrapping anew");
                 }
-                Ok(won(r, "reseeded"))
+                Ok(won(r, "reseeded", new))
             }
             Step::MarkServed(record) => Ok(won(
                 meter.aws(published.mark_served(record)).await?,
                 "recorded",
+                record,
             )),
-            Step::Restore { old, new, backup } => {
+            Step::Restore {
+                old,
+                new,
+                backup,
+                seed_arn,
+            } => {
                 let store = self.store(step)?;
-                let snapshot = meter.aws(store.hand_over(&backup.key, &new.seed)).await?;
+                let snapshot = meter.aws(store.hand_over(&backup.key, seed_arn)).await?;
                 let new = ClusterRecord {
                     restored_from: new.restored_from.clone().map(|r| Restore { snapshot, ..r }),
                     ..new.clone()
@@ -106,22 +120,24 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                          newer than the snapshot (up to its age at the loss) are lost"
                     );
                 }
-                Ok(won(r, "restoring"))
+                Ok(won(r, "restoring", &new))
             }
             _ => unreachable!("not a record step: {step}"),
         }
     }
 
     /// What instances read: their configs and key material, and the down-marks.
-    async fn config(&self, step: &Step, meter: &Meter, now: Timestamp) -> Outcome {
+    async fn config(&self, step: &Step, meter: &Meter, now: Timestamp) -> Applied {
         let published = &self.published;
         match step {
             Step::Publish {
                 instance,
+                instance_arn,
                 config,
                 certificate,
             } => {
                 // Its certificate first: the boot script fetches it once the config is there.
+                let mut cert_not_after = None;
                 if let Some(cert) = certificate {
                     let (ca, pki) = self.issuer()?;
                     let issued = ca.issue_member(
@@ -132,32 +148,45 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                         now,
                     )?;
                     let bundle = issued.bundle(ca);
-                    let handed = published.hand_out(instance, &bundle, issued.not_after);
+                    let handed =
+                        published.hand_out(instance, instance_arn, &bundle, issued.not_after);
                     if meter.aws(handed).await? == Created::Created {
                         info!(%instance, not_after = issued.not_after, "member certificate issued");
+                        cert_not_after = Some(issued.not_after);
+                    } else {
+                        // One handed out before: its end is the listing's to tell.
+                        return Ok(("published", None));
                     }
                 }
-                meter.aws(published.publish(instance, config)).await?;
-                Ok("published")
+                meter
+                    .aws(published.publish(instance, instance_arn, config))
+                    .await?;
+                let written = Written::Config {
+                    instance: instance.clone(),
+                    config: config.clone(),
+                    cert_not_after,
+                };
+                Ok(("published", Some(written)))
             }
             Step::Unpublish {
                 instance,
                 key_material,
             } => {
-                // The key material first: once the config is gone nothing plans this again.
-                if *key_material {
-                    meter.aws(published.take_back(instance)).await?;
-                }
-                meter.aws(published.unpublish(instance)).await?;
-                Ok("unpublished")
+                meter
+                    .aws(published.unpublish(instance, *key_material))
+                    .await?;
+                let instance = instance.clone();
+                Ok(("unpublished", Some(Written::Unpublished { instance })))
             }
             Step::NoteDown { instance, since } => {
                 meter.aws(published.note_down(instance, *since)).await?;
-                Ok("noted")
+                let (instance, since) = (instance.clone(), *since);
+                Ok(("noted", Some(Written::DownSince { instance, since })))
             }
             Step::ForgetDown { instance } => {
                 meter.aws(published.forget_down(instance)).await?;
-                Ok("forgotten")
+                let instance = instance.clone();
+                Ok(("forgotten", Some(Written::DownForgotten { instance })))
             }
             _ => unreachable!("not a config step: {step}"),
         }
@@ -176,8 +205,8 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             .ok_or_else(|| missing("TLS is not managed"))?;
         let ca = self
             .ca
-            .as_ref()
-            .ok_or_else(|| missing("TLS=managed but no CA was loaded at cold start"))?;
+            .get()
+            .ok_or_else(|| missing("TLS=managed but no CA was loaded (Reconciler::prepare)"))?;
         Ok((ca, pki))
     }
 

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 
 use crate::error::{Class, Error};
 use crate::metrics::Metrics;
-use crate::model::{Backup, Observation, Timestamp};
+use crate::model::{Backup, GroupState, Observation, PublishedState, Timestamp, Written};
 use crate::planner::{Plan, Step, Wait};
 
 /// What an invocation returns. A rejected event is a successful invocation: retrying it cannot
@@ -121,6 +121,69 @@ impl Meter {
 /// One invocation's listing of the backup store: the backups, or why the store is not used.
 pub type Listed = Option<Result<Vec<Backup>, String>>;
 
+/// The group is read again while polling once what was read is this old.
+const GROUP_FRESH: Duration = Duration::from_secs(30);
+
+/// What this invocation has read of each AWS source, kept until a step of ours may have changed
+/// it: a pass observes etcd every time (what a poll waits on), AWS only where it may have moved.
+/// SSM and the bucket are written by this function alone (one invocation at a time); the group
+/// moves by itself, so it is read again after a step of ours on it, for a wait about it, and once
+/// what was read is `GROUP_FRESH` old. Every invocation starts with none of it.
+#[derive(Default)]
+pub struct Seen {
+    pub group: Option<(GroupState, Instant)>,
+    pub published: Option<PublishedState>,
+    /// The bucket's listing: only a step of ours changes it (taken, pruned), and polling must
+    /// not list it every pause. A listing that fails (or a backup that failed) is kept too, as
+    /// why the store is not used.
+    pub listed: Listed,
+}
+
+impl Seen {
+    /// After `step` was applied: what it wrote under the prefix, as written (ours alone to
+    /// write), else forget what it changed.
+    pub fn applied(&mut self, step: &Step, written: Option<Written>, now: Timestamp) {
+        match step {
+            Step::Complete { .. } | Step::Replace { .. } => self.group = None,
+            Step::CreateCluster(_)
+            | Step::ReseedCluster { .. }
+            | Step::MarkServed(_)
+            | Step::Restore { .. }
+            | Step::Publish { .. }
+            | Step::Unpublish { .. }
+            | Step::NoteDown { .. }
+            | Step::ForgetDown { .. } => match (written, self.published.as_mut()) {
+                (Some(w), Some(published)) => published.record(w, now),
+                _ => self.published = None,
+            },
+            Step::Backup { .. } | Step::Prune { .. } => self.listed = None,
+            _ => {}
+        }
+    }
+
+    /// After a step failed: what it was planned from may be why; read the group and the
+    /// parameters again (the listing's fate is `Invocation::after_error`'s).
+    pub fn failed(&mut self) {
+        self.group = None;
+        self.published = None;
+    }
+
+    /// Before polling `wait` again: the group, if the wait is about it or it is not fresh.
+    pub fn polling(&mut self, wait: &Wait) {
+        let about_the_group = matches!(
+            wait,
+            Wait::LastVoterHeld { .. } | Wait::LastVoterAwaitsReplacement { .. }
+        );
+        let stale = self
+            .group
+            .as_ref()
+            .is_none_or(|(_, at)| at.elapsed() >= GROUP_FRESH);
+        if about_the_group || stale {
+            self.group = None;
+        }
+    }
+}
+
 /// What to do after a step failed.
 pub enum Next {
     /// Observe again after this pause.
@@ -146,10 +209,8 @@ pub struct Invocation {
     pub failures: u32,
     pub last_wait: Option<Wait>,
     pub last_applied: Option<Step>,
-    /// The bucket's listing, kept across the observations of one invocation: only a step of ours
-    /// changes it (taken, pruned), and polling must not list it every pause. A listing that
-    /// fails (or a backup that failed) is kept too, as why the store is not used.
-    pub listed: Listed,
+    /// What was read of AWS, for the next passes.
+    pub seen: Seen,
     /// Steps applied, refusals and errors by kind, for the metrics.
     pub counts: Metrics,
 }
@@ -168,7 +229,7 @@ impl Invocation {
             failures: 0,
             last_wait: None,
             last_applied: None,
-            listed: None,
+            seen: Seen::default(),
             counts: Metrics::default(),
         }
     }
@@ -195,11 +256,9 @@ impl Invocation {
     }
 
     /// A step applied: counted, listed, and no longer failing.
-    pub fn applied(&mut self, step: Step, outcome: &str) {
+    pub fn applied(&mut self, step: Step, outcome: &str, written: Option<Written>, now: Timestamp) {
         self.counts.count(format!("StepsApplied.{}", step.name()));
-        if matches!(step, Step::Backup { .. } | Step::Prune { .. }) {
-            self.listed = None;
-        }
+        self.seen.applied(&step, written, now);
         self.steps.push(format!("{step}: {outcome}"));
         self.failures = 0;
         self.last_wait = None;
@@ -218,13 +277,17 @@ impl Invocation {
             if matches!(e, Error::OutOfTime { .. }) {
                 self.counts.count("BackupTimedOut");
             }
-            self.listed = Some(Err(e.to_string()));
+            self.seen.listed = Some(Err(e.to_string()));
             // Counted here too: an invocation that ends on its budget right after a slow
             // failing snapshot reports no later observation.
             self.counts.count("BackupFailed");
             return Next::WithoutBackups;
         }
         let class = e.class();
+        if class != Class::NotYet {
+            // etcd's "not yet" says nothing of AWS; anything else may come from a stale view.
+            self.seen.failed();
+        }
         if matches!(class, Class::Fatal) {
             return Next::Fail(e);
         }

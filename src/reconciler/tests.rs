@@ -42,7 +42,8 @@ fn reconciler_with(world: &Fake, extra: &[(&str, &str)]) -> Tested {
         published: world.clone(),
         members: world.clone(),
         backups: config.backup_store.is_some().then(|| world.clone()),
-        ca: None,
+        ca: Default::default(),
+        prepared: Default::default(),
         config,
         clock: Arc::new(move || clock_world.world().now),
         backup_failed_at: Default::default(),
@@ -661,8 +662,22 @@ async fn a_new_instance_on_a_dead_members_address_joins_after_that_member_is_rem
 }
 
 #[tokio::test]
-async fn a_missing_hook_stops_the_function_at_cold_start_naming_it() {
+async fn a_missing_hook_fails_the_first_invocation_naming_it_and_the_next_looks_again() {
     let world = Fake::default();
+    world.world().hooks = Some(vec!["etcd-launch".into()]);
+    let r = reconciler(&world);
+    for _ in 0..2 {
+        let e = r.handle(&schedule(), far()).await.unwrap_err();
+        assert_eq!(e.kind(), "Fatal.Config");
+        assert!(e.to_string().contains("TERMINATE_HOOK_NAME"), "{e}");
+    }
+    assert!(
+        world.calls().is_empty(),
+        "nothing changed: {:?}",
+        world.calls()
+    );
+    world.world().hooks = None;
+    r.handle(&schedule(), far()).await.unwrap();
     world.world().hooks = Some(vec!["etcd-launch".into()]);
     let e = reconciler(&world).check_hooks().await.unwrap_err();
     assert_eq!(e.kind(), "Fatal.Config");
@@ -1181,7 +1196,7 @@ async fn a_config_published_again_keeps_the_members_certificate() {
     let world = Fake::default();
     let mut r = reconciler_with(&world, &[("TLS", "managed")]);
     let ca = crate::pki::Ca::generate("etcd", 1000).unwrap();
-    r.ca = Some(ca.clone());
+    r.ca = ca.clone().into();
     world.launch(1);
     for _ in 0..10 {
         r.handle(&schedule(), far()).await.unwrap();
@@ -1237,4 +1252,31 @@ async fn auth_is_turned_on_once_the_cluster_serves_and_only_once() {
     assert!(w.auth_enabled);
     let enables = w.calls.iter().filter(|c| *c == "enable-auth").count();
     assert_eq!(enables, 1, "{:#?}", w.calls);
+}
+
+#[tokio::test]
+async fn polling_asks_etcd_and_aws_only_what_may_have_changed() {
+    // A learner whose etcd does not start within the invocation: it is added, its config
+    // published, then polled for until the wait budget is spent.
+    let world = three_member_cluster().await;
+    world.launch(4);
+    let (describes, loads) = {
+        let w = world.world();
+        (w.describes, w.loads)
+    };
+    let r = reconciler_with(&world, &[("WAIT_BUDGET_SECS", "1")]);
+    let resp = r
+        .handle(&lifecycle_event("launch", "i-00000004"), far())
+        .await
+        .unwrap();
+    let Response::Reconciled { steps, stats, .. } = &resp else {
+        panic!("{resp:?}");
+    };
+    assert_eq!(steps.len(), 2, "add-learner, publish-config: {steps:?}");
+    assert!(stats.observations > 5, "it polled: {stats:?}");
+    let w = world.world();
+    // The group once (nothing of ours changed it, and it was fresh); the parameters once (the
+    // config the invocation published is taken as written, not listed again).
+    assert_eq!(w.describes - describes, 1, "{stats:?}");
+    assert_eq!(w.loads - loads, 1, "{stats:?}");
 }

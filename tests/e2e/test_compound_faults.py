@@ -114,8 +114,18 @@ def test_a_cluster_of_one_keeps_its_data_through_a_replacement(simulation):
     assert "LastVoterHeld" in log and old in log
 
 
-def test_a_missing_hook_stops_the_function_at_cold_start_naming_it(simulation):
-    with pytest.raises(RuntimeError) as failed:
-        simulation(function_env={"TERMINATE_HOOK_NAME": "not-a-hook-of-the-group"})
-    text = str(failed.value)
-    assert "TERMINATE_HOOK_NAME" in text and "not-a-hook-of-the-group" in text, text
+def test_a_missing_hook_fails_every_invocation_naming_it(simulation):
+    # The cold start makes no AWS call: each environment's first invocation checks the hooks,
+    # and fails (Fatal.Config, naming the variable and its value) until the group has them.
+    sim = simulation(writer=False, tls=False,
+                     function_env={"TERMINATE_HOOK_NAME": "not-a-hook-of-the-group"})
+    sim.scale(1)
+    failed = wait_for("a failed invocation", 30,
+                      lambda: [i for i in sim.function.invocations if i.outcome == "error"])
+    body = failed[0].body
+    assert body["errorType"] == "Fatal.Config", body
+    assert "TERMINATE_HOOK_NAME" in body["errorMessage"], body
+    assert "not-a-hook-of-the-group" in body["errorMessage"], body
+    # Nothing was done meanwhile: no cluster record, the instance still held at launch.
+    assert not any(k.endswith("/cluster") for k in sim.parameters()), sim.parameters()
+    assert all(i["LifecycleState"] == "Pending:Wait" for i in sim.group_instances())
