@@ -146,7 +146,7 @@ class Function:
             **self.env,
             "AWS_LAMBDA_RUNTIME_API": self.api.address,
             "AWS_LAMBDA_FUNCTION_NAME": "etcd-asg-lifecycle",
-            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "128",
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1024",
             "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
             "AWS_LAMBDA_LOG_STREAM_NAME": "sim",
             "AWS_LAMBDA_LOG_GROUP_NAME": "/aws/lambda/etcd-asg-lifecycle",

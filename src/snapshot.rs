@@ -35,9 +35,10 @@ impl SnapshotIntegrity {
         }
     }
 
-    /// Whether the last 32 bytes are the SHA-256 of everything before them; the error says
-    /// what was wrong (never the data).
-    pub fn verify(self) -> Result<(), String> {
+    /// Whether the last 32 bytes are the SHA-256 of everything before them; if so, the SHA-256
+    /// of the whole stream (what is stored, trailer included), from the same pass. The error
+    /// says what was wrong (never the data).
+    pub fn verify(self) -> Result<[u8; 32], String> {
         use sha2::Digest;
         if self.tail.len() < TRAILER {
             return Err(format!(
@@ -45,6 +46,7 @@ impl SnapshotIntegrity {
                 self.tail.len()
             ));
         }
+        let mut whole = self.body.clone();
         let digest = self.body.finalize();
         if digest.as_slice() != self.tail.as_slice() {
             return Err(
@@ -53,7 +55,8 @@ impl SnapshotIntegrity {
                     .into(),
             );
         }
-        Ok(())
+        whole.update(&self.tail);
+        Ok(whole.finalize().into())
     }
 }
 
@@ -69,11 +72,15 @@ mod tests {
     }
 
     fn checked(stream: &[u8], chunk: usize) -> Result<(), String> {
+        use sha2::Digest;
         let mut check = SnapshotIntegrity::default();
         for c in stream.chunks(chunk.max(1)) {
             check.feed(c);
         }
-        check.verify()
+        let whole = check.verify()?;
+        // And the whole stream's SHA-256 with it, in the same pass.
+        assert_eq!(whole, <[u8; 32]>::from(sha2::Sha256::digest(stream)));
+        Ok(())
     }
 
     #[test]

@@ -753,24 +753,30 @@ struct Probed {
 }
 
 /// The JSON gateway's server stream: one `{"result": {...}}` object per line, each carrying a
-/// base64 `blob` of the database; an `{"error": ...}` object ends it badly.
+/// base64 `blob` of the database; an `{"error": ...}` object ends it badly. Read without
+/// copies: lines are parsed where they lie in the buffer (the blob borrowed), and decoded
+/// straight into the chunk handed on.
 struct SnapshotLines {
     response: reqwest::Response,
     endpoint: String,
     pending: Vec<u8>,
+    /// Where the first unread line of `pending` begins.
+    start: usize,
     finished: bool,
 }
 
 #[derive(Deserialize)]
-struct SnapshotLine {
-    result: Option<SnapshotChunk>,
+struct SnapshotLine<'a> {
+    #[serde(borrow)]
+    result: Option<SnapshotChunk<'a>>,
     error: Option<Value>,
 }
 
 #[derive(Deserialize)]
-struct SnapshotChunk {
-    #[serde(default)]
-    blob: String,
+struct SnapshotChunk<'a> {
+    /// Borrowed from the line unless JSON escapes had to be undone (base64 has none).
+    #[serde(default, borrow)]
+    blob: std::borrow::Cow<'a, str>,
 }
 
 impl SnapshotLines {
@@ -783,27 +789,19 @@ impl SnapshotLines {
 
     /// The next decoded chunk, reading more of the body while no whole line is buffered.
     async fn next(&mut self) -> Result<Option<Vec<u8>>, Error> {
-        use base64::Engine;
         loop {
-            if let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = self.pending.drain(..=end).collect();
-                if line.iter().all(u8::is_ascii_whitespace) {
-                    continue;
+            let unread = &self.pending[self.start..];
+            if let Some(n) = memchr::memchr(b'\n', unread) {
+                let (from, to) = (self.start, self.start + n);
+                self.start = to + 1;
+                match self.decode(from, to)? {
+                    Some(bytes) => return Ok(Some(bytes)),
+                    None => continue,
                 }
-                let parsed: SnapshotLine = serde_json::from_slice(&line)
-                    .map_err(|e| self.broken(format!("unreadable stream message: {e}")))?;
-                if let Some(e) = parsed.error {
-                    return Err(self.broken(format!("etcd ended the stream: {e}")));
-                }
-                let blob = parsed.result.map(|r| r.blob).unwrap_or_default();
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(blob.as_bytes())
-                    .map_err(|e| self.broken(format!("a chunk is not base64: {e}")))?;
-                if bytes.is_empty() {
-                    continue;
-                }
-                return Ok(Some(bytes));
             }
+            // Keep the unread tail only; amortized, as the buffer grows by whole reads.
+            self.pending.drain(..self.start);
+            self.start = 0;
             if self.finished {
                 if self.pending.iter().all(u8::is_ascii_whitespace) {
                     return Ok(None);
@@ -824,6 +822,42 @@ impl SnapshotLines {
                 }
             }
         }
+    }
+
+    /// The bytes of the line `pending[from..to]`; None for a blank line or an empty blob.
+    /// A line with a blob (`"blob":"…"`, which only a key can spell: a quote inside a JSON
+    /// string is escaped) is decoded where it lies; any other line is parsed whole (an error,
+    /// a header alone). A blob whose bytes were not etcd's fails its SHA-256 trailer anyway.
+    fn decode(&self, from: usize, to: usize) -> Result<Option<Vec<u8>>, Error> {
+        use base64::Engine;
+        const BLOB: &[u8] = b"\"blob\":\"";
+        let line = &self.pending[from..to];
+        if let Some(at) = memchr::memmem::find(line, BLOB) {
+            let rest = &line[at + BLOB.len()..];
+            let end = memchr::memchr(b'"', rest)
+                .ok_or_else(|| self.broken("a chunk's blob is not closed".into()))?;
+            let mut bytes = Vec::with_capacity(end / 4 * 3 + 3);
+            base64::engine::general_purpose::STANDARD
+                .decode_vec(&rest[..end], &mut bytes)
+                .map_err(|e| self.broken(format!("a chunk is not base64: {e}")))?;
+            return Ok((!bytes.is_empty()).then_some(bytes));
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Ok(None);
+        }
+        let parsed: SnapshotLine = serde_json::from_slice(line)
+            .map_err(|e| self.broken(format!("unreadable stream message: {e}")))?;
+        if let Some(e) = parsed.error {
+            return Err(self.broken(format!("etcd ended the stream: {e}")));
+        }
+        let Some(blob) = parsed.result.map(|r| r.blob).filter(|b| !b.is_empty()) else {
+            return Ok(None);
+        };
+        let mut bytes = Vec::with_capacity(blob.len() / 4 * 3 + 3);
+        base64::engine::general_purpose::STANDARD
+            .decode_vec(blob.as_bytes(), &mut bytes)
+            .map_err(|e| self.broken(format!("a chunk is not base64: {e}")))?;
+        Ok((!bytes.is_empty()).then_some(bytes))
     }
 }
 
@@ -1123,6 +1157,7 @@ impl Members for EtcdMembers {
             response,
             endpoint: endpoint.to_string(),
             pending: Vec::new(),
+            start: 0,
             finished: false,
         }))
     }

@@ -5,7 +5,6 @@
 
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Tag, Tagging};
-use sha2::{Digest, Sha256};
 
 use super::sdk::aws;
 use super::ssm::INSTANCE_ARN_TAG;
@@ -14,8 +13,10 @@ use crate::model::SnapshotFacts;
 use crate::model::{Backup, BackupRef, Timestamp};
 use crate::ports::{Backups, Snapshot};
 
-/// Parts of the multipart upload: S3's minimum is 5 MiB; at most two are held at once.
+/// Parts of the multipart upload: S3's minimum is 5 MiB (all but the last); one is held at once,
+/// in a buffer that never grows past `PART` and one chunk of etcd's stream (32 KiB).
 const PART: usize = 8 << 20;
+const PART_CAPACITY: usize = PART + (1 << 20);
 
 pub struct S3Backups {
     pub s3: aws_sdk_s3::Client,
@@ -138,36 +139,36 @@ impl S3Backups {
         upload_id: &str,
         snapshot: &mut Snapshot,
     ) -> Result<(u64, String), Error> {
-        let mut hash = Sha256::new();
         let mut integrity = crate::snapshot::SnapshotIntegrity::default();
+        let mut sha256 = None;
         let mut size = 0u64;
         let mut parts = Vec::new();
-        let mut buffer: Vec<u8> = Vec::with_capacity(PART);
-        let mut done = false;
-        while !done {
+        let mut buffer: Vec<u8> = Vec::with_capacity(PART_CAPACITY);
+        while sha256.is_none() {
             match snapshot.next_chunk().await? {
                 Some(chunk) => {
-                    hash.update(&chunk);
                     integrity.feed(&chunk);
                     size += chunk.len() as u64;
                     buffer.extend_from_slice(&chunk);
                 }
                 None => {
-                    done = true;
                     // Before the last part and the completion: a stream that fails etcd's own
                     // check never becomes an object (the caller aborts the upload).
-                    std::mem::take(&mut integrity).verify().map_err(|detail| {
+                    let checked = std::mem::take(&mut integrity).verify();
+                    sha256 = Some(checked.map_err(|detail| {
                         tracing::error!(%key, size, %detail, "snapshot refused: not stored");
                         Error::EtcdProtocol {
                             operation: "snapshot",
                             detail,
                         }
-                    })?;
+                    })?);
                 }
             }
+            let done = sha256.is_some();
             if buffer.len() >= PART || (done && (!buffer.is_empty() || parts.is_empty())) {
                 let number = parts.len() as i32 + 1;
-                let body = std::mem::replace(&mut buffer, Vec::with_capacity(PART));
+                // The part's buffer goes with it; the next is taken only once it is sent.
+                let body = std::mem::take(&mut buffer);
                 let out = self
                     .s3
                     .upload_part()
@@ -176,6 +177,8 @@ impl S3Backups {
                     .upload_id(upload_id)
                     .part_number(number)
                     .body(ByteStream::from(body))
+                    .customize()
+                    .disable_payload_signing()
                     .send()
                     .await
                     .map_err(|e| aws("UploadPart")(e.into()))?;
@@ -188,6 +191,9 @@ impl S3Backups {
                 // Progress on long uploads: every 64 MiB.
                 if number % 8 == 0 {
                     tracing::info!(%key, uploaded_mib = size >> 20, "backup upload progress");
+                }
+                if !done {
+                    buffer = Vec::with_capacity(PART_CAPACITY);
                 }
             }
         }
@@ -204,7 +210,7 @@ impl S3Backups {
             .send()
             .await
             .map_err(|e| aws("CompleteMultipartUpload")(e.into()))?;
-        Ok((size, hex(&hash.finalize())))
+        Ok((size, hex(&sha256.unwrap_or_default())))
     }
 }
 

@@ -289,9 +289,9 @@ def test_the_function_environment_uses_only_variables_the_function_reads(templat
     """A misspelt variable would silently fall back to its default."""
     import re
 
-    source = (ROOT / "src" / "config.rs").read_text()
-    table = source[source.index("pub const VARIABLES"):source.index("];", source.index("pub const VARIABLES"))]
-    known = set(re.findall(r'\(\s*"([A-Z_]+)",', table))
+    source = (ROOT / "src" / "config" / "vars.rs").read_text()
+    known = set(re.findall(r'Var::new\(\s*"([A-Z_]+)",', source))
+    assert len(known) > 30, known  # the reader still finds them
     env = function(template)["Properties"]["Environment"]["Variables"]
     assert set(env) <= known, set(env) - known
     assert {"ASG_NAME", "LAUNCH_HOOK_NAME", "TERMINATE_HOOK_NAME"} <= set(env)
@@ -344,3 +344,21 @@ def test_sam_build_runs_without_a_prompt_for_the_beta_build_method(template):
     assert methods == {"rust-cargolambda"}
     config = tomllib.loads((ROOT / "samconfig.toml").read_text())
     assert config["default"]["build"]["parameters"]["beta_features"] is True
+
+
+# The function's CPU-seconds per GiB backed up, as `make bench` measured it (docs/figures.md).
+BACKUP_CPU_S_PER_GIB = 8.0
+# Lambda gives one vCPU at 1,769 MB, and CPU in proportion below:
+# https://docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html
+MB_PER_VCPU = 1769
+
+
+def test_the_function_can_back_up_the_largest_database_in_half_its_timeout(template):
+    """A snapshot gets half of what is left of its invocation; with 128 MB (1/14 of a vCPU) the
+    default 2 GiB quota alone needed more than the whole timeout."""
+    props = function(template)["Properties"]
+    largest_gib = template["Parameters"]["QuotaBackendBytes"]["MaxValue"] / 2**30
+    needed_mb = MB_PER_VCPU * BACKUP_CPU_S_PER_GIB * largest_gib / (props["Timeout"] / 2)
+    # A quarter more for a slower CPU than the bench's (Graviton, not this x86 machine).
+    assert props["MemorySize"] >= 1.25 * needed_mb, (props["MemorySize"], needed_mb)
+    assert props["MemorySize"] <= 2048, "more than a snapshot needs costs for nothing"
