@@ -34,7 +34,7 @@ export BOOTSTRAP_BIN := $(BOOTSTRAP)
 # No telemetry: these machines reach no AWS endpoint.
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: demo replay test check unit adapters e2e e2e-upgrade template-check template-sync build deps apt etcd35 python-tools client-tools template-tools checkov-tools package bench clean $(ADAPTER_RUNS) $(E2E_RUNS)
+.PHONY: demo replay test check build-tests unit adapters e2e e2e-upgrade template-check template-sync build deps apt etcd35 python-tools client-tools template-tools checkov-tools package bench clean $(ADAPTER_RUNS) $(E2E_RUNS)
 
 ## demo: the local simulation (real etcd, emulated AWS, the real function binary); ETCD_VERSION=3.5 for 3.5
 demo: deps build
@@ -44,16 +44,25 @@ demo: deps build
 replay: deps build
 	$(VENV)/bin/python -m sim.replay $(EVENTS)
 
-## test: everything CI runs: format, lint, unit, adapters against real etcd and moto, end to end
-## (both once per version of ETCD_VERSIONS, plus the rolling upgrade 3.4 -> 3.5), template
-test: deps check unit adapters e2e template-check
+## test: everything CI runs, each stage timed as it ends: format, lint, the house and docs checks,
+## unit, adapters against real etcd and moto, end to end (both once per version of ETCD_VERSIONS,
+## plus the rolling upgrade 3.4 -> 3.5), template
+test: deps
+	@$(PYTHON) tools/stages.py check build-tests unit adapters e2e template-check
 
 # The house check: no import circle among src/'s files, no function over 80 lines without a
-# reason (tools/house.py); the floors: `python3 tools/house.py --floors`.
+# reason (tools/house.py; the floors: `python3 tools/house.py --floors`); the docs check: every
+# link, page, CLI command, template parameter and metric in step (tools/docs_check.py).
 check:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	$(PYTHON) tools/house.py
+	$(PYTHON) tools/docs_check.py
+
+# Every test binary and both binaries in one cargo run (integration tests build the binaries
+# too): the stages after it build nothing.
+build-tests:
+	$(CARGO) test --locked --no-run --lib --test etcd_adapter --test aws_adapters --test backups
 
 unit:
 	$(CARGO) test --locked --lib
@@ -70,15 +79,14 @@ $(ADAPTER_RUNS): adapters-%: deps
 
 e2e: $(E2E_RUNS) e2e-upgrade
 
-# E2E_WORKERS files at a time (pytest-xdist, --dist loadfile: a file's tests run one after the
-# other on one worker). Each simulation has loopback addresses, ports and an emulator of its
-# own, but a worker's process holds one simulation's TLS credentials at a time (sim/etcd.py's
-# use_tls), so the demo steps' module-long simulation must not be interleaved with other files'
-# (--dist loadgroup did, and its writer lost its credentials). 1 runs them one by one.
+# E2E_WORKERS tests at a time (pytest-xdist, --dist loadgroup: each test to the next free
+# worker, but the demo steps' module-long simulation's, grouped, on one). Each simulation has
+# loopback addresses, ports, an emulator and TLS credentials of its own (sim/etcd.py keys them
+# by its network), so tests of any files may share a worker. 1 runs them one by one.
 E2E_WORKERS       ?= 2
 $(E2E_RUNS): e2e-%: deps build
 	@echo "end-to-end tests on etcd $*"
-	ETCD_VERSION=$* $(VENV)/bin/python -m pytest -q -n $(E2E_WORKERS) --dist loadfile tests/e2e --ignore=tests/e2e/test_upgrade.py
+	ETCD_VERSION=$* $(VENV)/bin/python -m pytest -q -n $(E2E_WORKERS) --dist loadgroup --durations=5 tests/e2e --ignore=tests/e2e/test_upgrade.py
 
 ## e2e-upgrade: a 3.4 cluster replaced member by member with 3.5 (once, whatever ETCD_VERSIONS)
 e2e-upgrade: deps build

@@ -25,6 +25,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 
 VERSIONS = ("3.4", "3.5")
 DEFAULT_VERSION = "3.4"
@@ -65,37 +66,58 @@ class EtcdError(Exception):
     pass
 
 
-# The client certificate https:// calls present (a simulation with TLS sets it; see use_tls),
-# and where the token they carry comes from (etcd authentication on; see sim/pki.py).
-_tls: ssl.SSLContext | None = None
-_token = None
-# etcdctl with a root certificate: how reads go once authentication may be on. A gateway read
-# demands a token of the auth store's exact revision, which the root tokens do not carry (and
-# etcd 3.4 cannot tell); over gRPC etcd takes the user, root, from the certificate instead.
-_reader: list[str] | None = None
+@dataclass
+class Credentials:
+    """What https:// calls to one simulation's members present: its CA trusted, a client
+    certificate, the token they carry once etcd authentication is on (sim/pki.py), and reads
+    through etcdctl with a root certificate (a gateway read demands a token of the auth store's
+    exact revision, which root tokens do not carry, and etcd 3.4 cannot tell; over gRPC etcd
+    takes the user, root, from the certificate instead)."""
+
+    tls: ssl.SSLContext
+    token: object = None
+    reader: list[str] | None = None
 
 
-def use_tls(ca: str | None, cert: str | None = None, key: str | None = None, token=None,
-            reader: list[str] | None = None) -> None:
-    """Trust `ca` and present `cert`/`key` on every https:// call from now on, with
-    `token()` as its Authorization and reads through the etcdctl command `reader`; None: stop."""
-    global _tls, _token, _reader
-    _token = token
-    _reader = reader
+# By simulation: each has a loopback network of its own (127.x.y.0/24), and a process may run
+# several at once (a module-long one beside a test's own).
+_credentials: dict[str, Credentials] = {}
+
+
+def network(host: str) -> str:
+    """`127.12.34` of `127.12.34.5`: the simulation a host belongs to."""
+    return host.rsplit(".", 1)[0]
+
+
+def use_tls(network_of: str, ca: str | None, cert: str | None = None, key: str | None = None,
+            token=None, reader: list[str] | None = None) -> None:
+    """From now on, https:// calls to hosts of the simulation `network_of` (a host or the
+    network) trust `ca`, present `cert`/`key`, carry `token()` and read through `reader`;
+    `ca` None: forget them."""
+    net = network(network_of) if network_of.count(".") == 3 else network_of
     if ca is None:
-        _tls = None
+        _credentials.pop(net, None)
         return
     ctx = ssl.create_default_context(cafile=ca)
     if cert:
         ctx.load_cert_chain(cert, key)
-    _tls = ctx
+    _credentials[net] = Credentials(ctx, token, reader)
 
 
-def _read(client_url: str, body: dict, timeout: float) -> dict:
-    """A /v3/kv/range through etcdctl (see _reader): the same answer, as etcdctl -w json gives it."""
+def _for(client_url: str) -> Credentials | None:
+    """The credentials of the simulation `client_url` is in, for https:// (None for http)."""
+    url = urllib.parse.urlsplit(client_url)
+    if url.scheme != "https" or not url.hostname:
+        return None
+    return _credentials.get(network(url.hostname))
+
+
+def _read(client_url: str, body: dict, timeout: float, reader: list[str]) -> dict:
+    """A /v3/kv/range through etcdctl (`Credentials.reader`): the same answer, as etcdctl -w
+    json gives it."""
     if set(body) - {"key", "range_end", "keys_only"}:
         raise ValueError(f"etcdctl reads support key, range_end, keys_only, not {sorted(body)}")
-    args = [*_reader, "--endpoints", client_url, "--command-timeout", f"{max(timeout, 1.0)}s",
+    args = [*reader, "--endpoints", client_url, "--command-timeout", f"{max(timeout, 1.0)}s",
             "-w", "json", "get", base64.b64decode(body["key"]).decode()]
     if "range_end" in body:
         args.append(base64.b64decode(body["range_end"]).decode())
@@ -112,12 +134,13 @@ def _read(client_url: str, body: dict, timeout: float) -> dict:
 
 
 def call(client_url: str, path: str, body: dict, timeout: float = 1.0) -> dict:
-    context = _tls if client_url.startswith("https://") else None
-    if context is not None and _reader is not None and path == "/v3/kv/range":
-        return _read(client_url, body, timeout)
+    creds = _for(client_url)
+    context = creds.tls if creds else None
+    if creds is not None and creds.reader is not None and path == "/v3/kv/range":
+        return _read(client_url, body, timeout, creds.reader)
     headers = {"Content-Type": "application/json"}
-    if context is not None and _token is not None:
-        headers["Authorization"] = _token()
+    if creds is not None and creds.token is not None:
+        headers["Authorization"] = creds.token()
     req = urllib.request.Request(
         f"{client_url}{path}",
         data=json.dumps(body).encode(),
@@ -147,14 +170,15 @@ class Connection:
 
     def call(self, path: str, body: dict, timeout: float = 1.0) -> dict:
         https = self.url.scheme == "https"
+        creds = _for(self.url.geturl())
         headers = {"Content-Type": "application/json"}
-        if https and _token is not None:
-            headers["Authorization"] = _token()
+        if creds is not None and creds.token is not None:
+            headers["Authorization"] = creds.token()
         try:
             if self.conn is None:
                 if https:
                     self.conn = http.client.HTTPSConnection(self.url.hostname, self.url.port, timeout=timeout,
-                                                            context=_tls)
+                                                            context=creds.tls if creds else None)
                 else:
                     self.conn = http.client.HTTPConnection(self.url.hostname, self.url.port, timeout=timeout)
             if self.conn.sock is not None:
@@ -210,7 +234,8 @@ def versions(client_url: str, timeout: float = 1.0) -> dict:
     """``GET /version``: this member's server version and the cluster version it sees,
     ``{"etcdserver": "3.5.30", "etcdcluster": "3.5.0"}``."""
     try:
-        context = _tls if client_url.startswith("https://") else None
+        creds = _for(client_url)
+        context = creds.tls if creds else None
         with urllib.request.urlopen(f"{client_url}/version", timeout=timeout, context=context) as r:
             return json.loads(r.read())
     except (OSError, ValueError) as e:

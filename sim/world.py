@@ -356,7 +356,7 @@ class Simulation:
             c, d = self.credentials, self.client_cert_dir
             ctl = os.path.join(os.path.dirname(self.etcd_bin), "etcdctl")
             reader = [ctl, "--cacert", c.ca, "--cert", f"{d}/root.crt", "--key", f"{d}/root.key"]
-            etcd.use_tls(c.ca, c.cert, c.key, token=c.token, reader=reader)
+            etcd.use_tls(self.balancer_address, c.ca, c.cert, c.key, token=c.token, reader=reader)
         self.threads = [threading.Thread(target=self._instances_loop, daemon=True)]
         for t in self.threads:
             t.start()
@@ -383,7 +383,7 @@ class Simulation:
         if self.balancer is not None:
             procs.stop(self.balancer)
         if self.tls:
-            etcd.use_tls(None)
+            etcd.use_tls(self.balancer_address, None)
         if self.moto is not None:  # not a deployment's emulator: its owner stops that
             procs.stop(self.moto)
         if not self.keep_workdir and os.environ.get("SIM_KEEP") != "1":

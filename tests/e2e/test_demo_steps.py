@@ -10,6 +10,9 @@ import pytest
 from sim import scenario
 from sim.world import Simulation
 
+# One simulation for the whole module, its steps in order: on one worker (`--dist loadgroup`).
+pytestmark = pytest.mark.xdist_group("demo-steps")
+
 
 @pytest.fixture(scope="module")
 def sim():
