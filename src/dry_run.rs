@@ -4,6 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::config::{Config, Timing};
 use crate::error::Error;
 use crate::model::{
     ActionResult, Alarm, Backup, BackupRef, ClusterRecord, ClusterState, GroupState, MemberConfig,
@@ -61,7 +62,15 @@ pub fn wrap<G, L, P, M, B>(r: Reconciler<G, L, P, M, B>) -> (Dry<G, L, P, M, B>,
                 inner,
                 refused: refused.clone(),
             }),
-            config: r.config,
+            // Never waits: what comes after a refused write depends on a write that was not
+            // made (the invocation takes its own writes as done), so polling shows nothing.
+            config: Config {
+                timing: Timing {
+                    wait_budget: std::time::Duration::ZERO,
+                    ..r.config.timing
+                },
+                ..r.config
+            },
             clock: r.clock,
             backup_failed_at: Default::default(),
         },

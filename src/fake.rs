@@ -438,11 +438,14 @@ impl Secrets for Fake {
         );
         let mut w = self.world();
         w.calls.push(format!("hand-out {instance}"));
+        // As SSM holds them: the end first, both create-only.
+        w.cert_not_after
+            .entry(instance.to_string())
+            .or_insert(not_after);
         if w.tls.contains_key(instance) {
             return Ok(Created::AlreadyExists);
         }
         w.tls.insert(instance.to_string(), bundle.clone());
-        w.cert_not_after.insert(instance.to_string(), not_after);
         Ok(Created::Created)
     }
 }

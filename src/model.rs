@@ -554,9 +554,10 @@ pub enum Written {
         /// Its certificate's end, when one was issued with it.
         cert_not_after: Option<Timestamp>,
     },
-    /// The config, and with it the instance's key material.
+    /// The config, and with `key_material` the instance's bundle and certificate end.
     Unpublished {
         instance: String,
+        key_material: bool,
     },
     DownSince {
         instance: String,
@@ -590,9 +591,14 @@ impl PublishedState {
                     },
                 );
             }
-            Written::Unpublished { instance } => {
+            Written::Unpublished {
+                instance,
+                key_material,
+            } => {
                 self.members.remove(&instance);
-                self.cert_not_after.remove(&instance);
+                if key_material {
+                    self.cert_not_after.remove(&instance);
+                }
             }
             Written::DownSince { instance, since } => {
                 self.down_since.insert(instance, since);

@@ -19,7 +19,8 @@ use crate::model::Timestamp;
 
 /// The CA's validity: ten years.
 pub const CA_DAYS: i64 = 3650;
-/// The function's own client certificate: a day (it is issued again at every cold start).
+/// The function's own client certificate: a day (issued again by every new environment's first
+/// invocation, and every half day in a warm one).
 pub const FUNCTION_CERT_SECS: i64 = 86_400;
 /// etcd's administrator: the user the function's tokens name once authentication is on
 /// (membership, snapshots, defragmentation and user management need it).
@@ -490,7 +491,7 @@ mod tests {
             assert!(!shown.contains("PRIVATE KEY"), "{shown}");
             assert!(shown.contains("KeyPem(..)"));
         }
-        // The kept form round-trips (the function reads it back at every cold start).
+        // The kept form round-trips (every new environment reads it back).
         let kept = serde_json::to_string(&ca).unwrap();
         let back: Ca = serde_json::from_str(&kept).unwrap();
         assert_eq!(back, ca);

@@ -226,6 +226,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
     /// is why the store is not used: membership goes on without it.
     async fn observe(&self, meter: &Meter, seen: &mut Seen) -> Result<Observation, Error> {
         meter.observations.fetch_add(1, Ordering::Relaxed);
+        seen.forget_stale_group();
         if seen.group.is_none() {
             seen.group = Some((meter.aws(self.group.describe()).await?, Instant::now()));
         }

@@ -24,7 +24,9 @@ pub struct AutoScalingGroup {
     /// What EC2 told of each instance once it had an address: an instance's address and launch
     /// time do not change while it runs, so EC2 is asked only of the others (a new instance, or
     /// one still without an address). Kept for the warm environment; forgotten when the
-    /// instance leaves the group.
+    /// instance leaves the group or goes past its terminate hook. With `ADDRESS_SOURCE=tag:…`
+    /// the tag is read once per instance and environment: a tag changed later is not seen
+    /// (docs/configuration.md).
     known: Mutex<HashMap<String, (String, i64)>>,
 }
 
@@ -151,7 +153,13 @@ impl Group for AutoScalingGroup {
                 ))
             })
             .collect();
-        let ids: Vec<String> = states.iter().map(|(id, ..)| id.clone()).collect();
+        // Only instances that may still run etcd need an address: one on its way out past its
+        // hook, or terminated, has none that matters (and its address may be handed on).
+        let ids: Vec<String> = states
+            .iter()
+            .filter(|(_, state, _)| state.is_present())
+            .map(|(id, ..)| id.clone())
+            .collect();
         let mut details = self.details(&ids).await?;
         let instances = states
             .into_iter()

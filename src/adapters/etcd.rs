@@ -884,7 +884,7 @@ impl EtcdMembers {
             Err(e) if e.refusal() == Some(Refusal::AlreadyCompacted) => Ok(true),
             // With authentication on, a read demands the store's exact auth revision, which
             // root tokens do not carry (etcd 3.4 cannot tell it): answer from this process's
-            // own compaction instead. A cold start forgets it and compacts again, which etcd
+            // own compaction instead. A new environment forgets it and compacts again, which etcd
             // answers at once (compacting to a compacted revision is refused as compacted).
             Err(e) if e.refusal() == Some(Refusal::AuthOldRevision) => {
                 Ok(*self.compacted_to.lock().unwrap() >= revision)

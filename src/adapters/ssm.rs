@@ -457,14 +457,26 @@ impl ports::Secrets for SsmParameters {
         // Its end first (create-only, like the bundle): a bundle is never without one. A retry
         // after a crash between the two issues a certificate seconds younger than noted, which
         // only brings its rotation that much closer.
-        self.put(self.cert_name(instance), not_after.to_string(), false)
+        let cert_name = self.cert_name(instance);
+        let noted = self
+            .put(cert_name.clone(), not_after.to_string(), false)
             .await?;
         let name = self.tls_name(instance);
         let value = bundle.expose().to_string();
         let kind = ParameterType::SecureString;
-        let created = self
-            .put_typed(name.clone(), value, false, kind, Some(instance_arn))
-            .await?;
+        let put = self.put_typed(name.clone(), value, false, kind, Some(instance_arn));
+        let created = match put.await {
+            Ok(created) => created,
+            Err(e) => {
+                // An end without its bundle would tell the planner the bundle is there, and the
+                // member would wait for it forever: the end this call wrote goes too (best
+                // effort; the error is the bundle's).
+                if noted == Created::Created {
+                    let _ = self.delete(cert_name).await;
+                }
+                return Err(e);
+            }
+        };
         if created == Created::AlreadyExists {
             // Finishes a hand-out of an older version, which tagged after writing.
             self.tag_for(instance_arn, name).await?;

@@ -63,7 +63,8 @@ pub const ADDRESS_SOURCE: Var = Var::new(
     "private-ip",
     "an instance's etcd address: `private-ip` or `tag:<key>` (multi-ENI setups; the \
      simulation's loopback addresses). A value that is not an IP address or host name is \
-     refused with a warning, and the instance is neither seeded nor joined",
+     refused with a warning, and the instance is neither seeded nor joined. An address is read \
+     once per instance and Lambda environment: a tag changed later is not seen",
 );
 pub const ETCD_PEER_SCHEME: Var = Var::new("ETCD_PEER_SCHEME", "http", "peer URLs' scheme");
 pub const ETCD_PEER_PORT: Var = Var::new("ETCD_PEER_PORT", "2380", "peer URLs' port");

@@ -23,7 +23,7 @@ pub fn forget_recovered(ctx: &Context) -> Option<Step> {
 
 /// Rule 7: configs, key material and down-marks of instances that are gone. A bundle with no
 /// config (handed out by an invocation that died before publishing) goes too: its
-/// certificate's end (`certs/`, written before the bundle and deleted after it) names it.
+/// certificate's end (`certs/`, written before the bundle, deleted with it) names it.
 pub fn cleanup(ctx: &Context) -> Vec<Step> {
     let obs = ctx.obs;
     let gone = |id: &str| obs.instance(id).is_none_or(|i| !i.state.is_present());
@@ -38,7 +38,7 @@ pub fn cleanup(ctx: &Context) -> Vec<Step> {
                 .filter(|id| !published.members.contains_key(*id)),
         )
         .filter(|id| gone(id))
-        .map(|id| unpublish(ctx.settings, id));
+        .map(|id| unpublish(obs, ctx.settings, id));
     let marks = published
         .down_since
         .keys()

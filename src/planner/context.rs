@@ -117,11 +117,13 @@ pub fn seed_candidate<'a>(obs: &'a Observation, except: Option<&str>) -> Option<
     })
 }
 
-/// Delete an instance's config, and with TLS=managed its key material first.
-pub fn unpublish(settings: &Settings, instance: &str) -> Step {
+/// Delete an instance's config, and its key material with TLS=managed or wherever a certificate
+/// end says there is some (TLS turned off since: left, cleanup would plan it forever).
+pub fn unpublish(obs: &Observation, settings: &Settings, instance: &str) -> Step {
     Step::Unpublish {
         instance: instance.to_string(),
-        key_material: settings.member_cert_secs.is_some(),
+        key_material: settings.member_cert_secs.is_some()
+            || obs.published.cert_not_after.contains_key(instance),
     }
 }
 

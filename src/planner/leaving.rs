@@ -57,7 +57,7 @@ fn terminating<'a>(ctx: &Context<'a>, out: &mut Vec<Step>) -> Vec<Leaving<'a>> {
 /// A leaving instance without a member: its config goes, then its action completes.
 fn release(ctx: &Context, i: &Instance) -> Step {
     if ctx.obs.published.members.contains_key(&i.id) {
-        unpublish(ctx.settings, &i.id)
+        unpublish(ctx.obs, ctx.settings, &i.id)
     } else {
         Step::Complete {
             instance: i.id.clone(),

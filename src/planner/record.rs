@@ -168,7 +168,7 @@ fn release_terminations(obs: &Observation, settings: &Settings) -> Option<Step> 
         .into_iter()
         .find(|i| i.state == LifecycleState::TerminatingWait)?;
     Some(if obs.published.members.contains_key(&leaving.id) {
-        unpublish(settings, &leaving.id)
+        unpublish(obs, settings, &leaving.id)
     } else {
         Step::Complete {
             instance: leaving.id.clone(),

@@ -137,7 +137,9 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                 certificate,
             } => {
                 // Its certificate first: the boot script fetches it once the config is there.
-                let mut cert_not_after = None;
+                // Its end, when this step issued it; None after a hand-out found an earlier
+                // bundle, whose end only a listing tells.
+                let mut cert_not_after = Some(None);
                 if let Some(cert) = certificate {
                     let (ca, pki) = self.issuer()?;
                     let issued = ca.issue_member(
@@ -150,23 +152,23 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                     let bundle = issued.bundle(ca);
                     let handed =
                         published.hand_out(instance, instance_arn, &bundle, issued.not_after);
-                    if meter.aws(handed).await? == Created::Created {
-                        info!(%instance, not_after = issued.not_after, "member certificate issued");
-                        cert_not_after = Some(issued.not_after);
-                    } else {
-                        // One handed out before: its end is the listing's to tell.
-                        return Ok(("published", None));
-                    }
+                    cert_not_after = match meter.aws(handed).await? {
+                        Created::Created => {
+                            info!(%instance, not_after = issued.not_after, "member certificate issued");
+                            Some(Some(issued.not_after))
+                        }
+                        Created::AlreadyExists => None,
+                    };
                 }
                 meter
                     .aws(published.publish(instance, instance_arn, config))
                     .await?;
-                let written = Written::Config {
+                let written = cert_not_after.map(|cert_not_after| Written::Config {
                     instance: instance.clone(),
                     config: config.clone(),
                     cert_not_after,
-                };
-                Ok(("published", Some(written)))
+                });
+                Ok(("published", written))
             }
             Step::Unpublish {
                 instance,
@@ -175,8 +177,11 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                 meter
                     .aws(published.unpublish(instance, *key_material))
                     .await?;
-                let instance = instance.clone();
-                Ok(("unpublished", Some(Written::Unpublished { instance })))
+                let written = Written::Unpublished {
+                    instance: instance.clone(),
+                    key_material: *key_material,
+                };
+                Ok(("unpublished", Some(written)))
             }
             Step::NoteDown { instance, since } => {
                 meter.aws(published.note_down(instance, *since)).await?;

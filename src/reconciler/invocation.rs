@@ -168,17 +168,26 @@ impl Seen {
         self.published = None;
     }
 
-    /// Before polling `wait` again: the group, if the wait is about it or it is not fresh.
+    /// Before polling `wait` again: the group, if the wait is about it.
     pub fn polling(&mut self, wait: &Wait) {
         let about_the_group = matches!(
             wait,
             Wait::LastVoterHeld { .. } | Wait::LastVoterAwaitsReplacement { .. }
         );
-        let stale = self
+        if about_the_group {
+            self.group = None;
+        }
+    }
+
+    /// Before every observation: the group, once what was read is `GROUP_FRESH` old (a long
+    /// snapshot, a step retried for a while), so that an instance that began terminating
+    /// meanwhile is seen and its hook heartbeated within the invocation.
+    pub fn forget_stale_group(&mut self) {
+        if self
             .group
             .as_ref()
-            .is_none_or(|(_, at)| at.elapsed() >= GROUP_FRESH);
-        if about_the_group || stale {
+            .is_some_and(|(_, at)| at.elapsed() >= GROUP_FRESH)
+        {
             self.group = None;
         }
     }
