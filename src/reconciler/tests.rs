@@ -1352,7 +1352,11 @@ async fn every_write_an_invocation_takes_as_done_is_what_a_listing_would_show() 
         }
         assert_eq!(cached, listed, "after {step}");
         if let Step::Publish { config, .. } = &step {
-            assert_eq!(listed.members.get(&id).map(|p| &p.config), Some(config), "{step}");
+            assert_eq!(
+                listed.members.get(&id).map(|p| &p.config),
+                Some(config),
+                "{step}"
+            );
         }
     }
     assert!(world.world().configs.is_empty() && world.world().tls.is_empty());
