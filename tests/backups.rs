@@ -75,6 +75,8 @@ fn restore(
         .unwrap()
 }
 
+const KEYS: u64 = 700;
+
 #[tokio::test]
 async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_keys() {
     let dir = tempfile::tempdir().unwrap();
@@ -101,9 +103,10 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
         std::net::TcpStream::connect(url.trim_start_matches("http://")).ok()
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    // ~3 MiB of keys: several gateway chunks, one upload part.
+    // ~21 MiB of keys: many gateway chunks, three upload parts of 8 MiB, each filling the
+    // space of the one before it (the checksum and the restore below prove none was overwritten).
     let blob = "v".repeat(30_000);
-    for n in 0..100 {
+    for n in 0..KEYS {
         put(&client, &url, &format!("/keys/{n:03}"), &blob).await;
     }
 
@@ -125,7 +128,7 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
         "{}",
         backup.key
     );
-    assert!(backup.size > 3_000_000, "{}", backup.size);
+    assert!(backup.size > 2 * (8 << 20), "{}", backup.size);
     assert_eq!(store.list().await.unwrap(), vec![backup.clone()]);
 
     // A stream corrupted on the way fails etcd's own trailing SHA-256: refused before it is
@@ -222,7 +225,7 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    assert_eq!(n, 100);
+    assert_eq!(n, KEYS);
 
     // A corrupted copy is refused by the restore (etcd checks the snapshot's own hash).
     let mut bad = body.to_vec();
