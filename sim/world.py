@@ -25,6 +25,8 @@ import boto3
 from . import etcd, pki, procs
 from .runtime import Function
 
+# nftables' command: in /usr/sbin, which a PATH for unprivileged users may leave out.
+NFT = shutil.which("nft") or "/usr/sbin/nft"
 ROOT = Path(__file__).resolve().parent.parent
 BOOT_SCRIPT = ROOT / "boot" / "etcd-boot.sh"
 ADDRESS_TAG = "etcd-address"
@@ -367,7 +369,7 @@ class Simulation:
     def close(self):
         self.stop_flag.set()
         for table in list(self._cut_tables):
-            subprocess.run(["nft", "delete", "table", "inet", table], capture_output=True)
+            subprocess.run([NFT, "delete", "table", "inet", table], capture_output=True)
         if getattr(self, "writer", None) and self.writer.is_alive():
             self.writer.stop()
         if getattr(self, "delivery", None):
@@ -542,12 +544,12 @@ class Simulation:
                 script = (f"add table inet {table}\n"
                           f"add chain inet {table} out {{ type filter hook output priority 0 ; }}\n"
                           f"add rule inet {table} out ip daddr {address} tcp dport 2379 reject with tcp reset\n")
-                subprocess.run(["nft", "-f", "-"], input=script, text=True, check=True, capture_output=True)
+                subprocess.run([NFT, "-f", "-"], input=script, text=True, check=True, capture_output=True)
                 sim._cut_tables.add(table)
                 return self
 
             def __exit__(self, *exc):
-                subprocess.run(["nft", "delete", "table", "inet", table], capture_output=True)
+                subprocess.run([NFT, "delete", "table", "inet", table], capture_output=True)
                 sim._cut_tables.discard(table)
 
         return _CutOff()
