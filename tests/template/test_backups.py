@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from test_operations import TOPIC_ACTION, alarm, cluster_dimension, dashboard_body, depends_on, env, references
-from test_template import STACK, render, resolve, resources, statements
+from test_template import STACK, function_defaults, render, resolve, resources, statements
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = f"etcd-asg-lifecycle/{STACK}"
 BUCKET_NAME = {"Fn::If": ["CreateBackupBucket", {"Ref": "BackupBucket"}, {"Ref": "BackupBucketName"}]}
 VIA_S3 = {"StringEquals": {"kms:ViaService": {"Fn::Sub": "s3.${AWS::Region}.amazonaws.com"}}}
 TAG_KEY = "etcd-asg-instance-arn"
-# src/config.rs accepts BACKUP_INTERVAL_MINUTES 1..=1440, BACKUP_HOURLY_DAYS 1..=365,
+# src/config/mod.rs accepts BACKUP_INTERVAL_MINUTES 1..=1440, BACKUP_HOURLY_DAYS 1..=365,
 # BACKUP_DAILY_DAYS 1..=3650: every value a parameter allows must start the function.
 RUST_RANGES = {"BackupIntervalMinutes": (1, 1440), "BackupHourlyDays": (1, 365), "BackupDailyDays": (1, 3650)}
 CONDITIONAL = {"BackupKey", "BackupBucket", "BackupBucketPolicy"}
@@ -182,13 +182,11 @@ def test_the_bucket_parameters_and_settings_reach_the_function(template):
     for var, param in (("BACKUP_INTERVAL_MINUTES", "BackupIntervalMinutes"), ("BACKUP_HOURLY_DAYS", "BackupHourlyDays"),
                        ("BACKUP_DAILY_DAYS", "BackupDailyDays"), ("RECOVERY", "Recovery")):
         assert variables[var] == {"Ref": param}, var
-    # Defaults are the function's (src/config.rs VARIABLES); the ranges within what it accepts.
-    source = (ROOT / "src" / "config.rs").read_text()
-    start = source.index("pub const VARIABLES")
-    defaults = dict(re.findall(r'\(\s*"([A-Z_]+)",\s*"([^"]*)",?\s*\)', source[start:source.index("];", start)]))
+    # Defaults are the function's (src/config/vars.rs); the ranges within what it accepts.
+    defaults = function_defaults()
     for var, param in (("BACKUP_INTERVAL_MINUTES", "BackupIntervalMinutes"), ("BACKUP_HOURLY_DAYS", "BackupHourlyDays"),
                        ("BACKUP_DAILY_DAYS", "BackupDailyDays"), ("RECOVERY", "Recovery")):
-        assert str(params[param]["Default"]) == defaults.get(var), f"{param} vs {var} in src/config.rs"
+        assert str(params[param]["Default"]) == defaults.get(var), f"{param} vs {var} in src/config/vars.rs"
     for param, (low, high) in RUST_RANGES.items():
         p = params[param]
         assert p["Type"] == "Number" and low <= p["MinValue"] <= p["Default"] <= p["MaxValue"] <= high, param

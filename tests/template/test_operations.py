@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from test_template import STACK, function, render, resolve, resources
+from test_template import STACK, function, function_defaults, render, resolve, resources
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "EtcdAsgLifecycle"
 TOPIC_ACTION = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
-# src/config.rs: QUOTA_BACKEND_BYTES from 16 MiB to MAX_QUOTA_BACKEND_BYTES (8 GiB).
+# src/config/mod.rs: QUOTA_BACKEND_BYTES from 16 MiB to MAX_QUOTA_BACKEND_BYTES (8 GiB).
 QUOTA_MIN, QUOTA_MAX = 16 << 20, 8 << 30
 
 
@@ -273,7 +273,7 @@ def test_sam_builds_only_the_function_binary(template):
 
 
 def rust_accepts_retention(value):
-    """src/config.rs `retention`: digits then '', 'h', 'm' or 's'; a minute to 366 days."""
+    """src/config/mod.rs `retention`: digits then '', 'h', 'm' or 's'; a minute to 366 days."""
     v = value.strip()
     digits = re.match(r"[0-9]*", v).group()
     unit = v[len(digits):]
@@ -288,10 +288,8 @@ def test_the_maintenance_parameters_reach_the_function(template):
     variables = env(template)
     assert variables["AUTO_COMPACTION_RETENTION"] == {"Ref": "AutoCompactionRetention"}
     assert variables["QUOTA_BACKEND_BYTES"] == {"Ref": "QuotaBackendBytes"}
-    # Defaults are the function's own (src/config.rs VARIABLES).
-    source = (ROOT / "src" / "config.rs").read_text()
-    start = source.index("pub const VARIABLES")
-    defaults = dict(re.findall(r'\(\s*"([A-Z_]+)",\s*"([^"]*)",?\s*\)', source[start:source.index("];", start)]))
+    # Defaults are the function's own (src/config/vars.rs).
+    defaults = function_defaults()
     assert str(params["AutoCompactionRetention"]["Default"]) == defaults["AUTO_COMPACTION_RETENTION"]
     assert str(params["QuotaBackendBytes"]["Default"]) == defaults["QUOTA_BACKEND_BYTES"]
     quota = params["QuotaBackendBytes"]

@@ -285,13 +285,20 @@ def test_outputs_name_the_endpoint_the_prefix_and_the_function(template):
     assert {"ClientEndpoint", "ParameterPrefix", "FunctionName"} <= set(template["Outputs"])
 
 
-def test_the_function_environment_uses_only_variables_the_function_reads(template):
-    """A misspelt variable would silently fall back to its default."""
+def function_defaults() -> dict[str, str]:
+    """Each variable the function reads, with its default: src/config/vars.rs, where each is
+    written once (`Var::new("NAME", "default", "doc")`)."""
     import re
 
     source = (ROOT / "src" / "config" / "vars.rs").read_text()
-    known = set(re.findall(r'Var::new\(\s*"([A-Z_]+)",', source))
-    assert len(known) > 30, known  # the reader still finds them
+    found = dict(re.findall(r'Var::new\(\s*"([A-Z_]+)",\s*"([^"]*)"', source))
+    assert len(found) > 30, found  # the reader still finds them
+    return found
+
+
+def test_the_function_environment_uses_only_variables_the_function_reads(template):
+    """A misspelt variable would silently fall back to its default."""
+    known = set(function_defaults())
     env = function(template)["Properties"]["Environment"]["Variables"]
     assert set(env) <= known, set(env) - known
     assert {"ASG_NAME", "LAUNCH_HOOK_NAME", "TERMINATE_HOOK_NAME"} <= set(env)

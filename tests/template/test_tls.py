@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from test_operations import depends_on, env, references
-from test_template import STACK, render, resolve, resources, statements
+from test_template import STACK, function_defaults, render, resolve, resources, statements
 
 ROOT = Path(__file__).resolve().parents[2]
 REGION, ACCOUNT = "us-east-1", "123456789012"
@@ -19,7 +19,7 @@ CA = f"{PARAMETERS}/pki/ca"
 TAG = "aws:ResourceTag/etcd-asg-instance-arn"
 VIA_SSM = {"StringEquals": {"kms:ViaService": {"Fn::Sub": "ssm.${AWS::Region}.amazonaws.com"}}}
 PKI_RESOURCES = {"PkiKey", "FunctionPkiPolicy", "InstancePkiPolicy"}
-# src/config.rs: MEMBER_CERT_DAYS 1..=3650.
+# src/config/mod.rs: MEMBER_CERT_DAYS 1..=3650.
 CERT_DAYS = (1, 3650)
 MANAGED = {"ManagedTls": True, "HasZone": True, "CreateBackupBucket": True, "WithSessionManager": True}
 BUCKET = f"{STACK}-backups-bucket"
@@ -31,12 +31,6 @@ def instance_arn(instance):
 
 def bundle(instance, stack=STACK):
     return f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/etcd-asg-lifecycle/{stack}/tls/{instance}"
-
-
-def config_defaults():
-    source = (ROOT / "src" / "config.rs").read_text()
-    start = source.index("pub const VARIABLES")
-    return dict(re.findall(r'\(\s*"([A-Z_]+)",\s*"([^"]*)",?\s*\)', source[start:source.index("];", start)]))
 
 
 # --- a small IAM evaluator over the stack's role policies ----------------------------------------
@@ -135,7 +129,7 @@ def test_mutual_tls_is_the_default_and_reaches_the_function(template):
     assert not {"ETCD_CA_FILE", "ETCD_CERT_FILE", "ETCD_KEY_FILE"} & set(variables)
     days = template["Parameters"]["MemberCertDays"]
     assert variables["MEMBER_CERT_DAYS"] == {"Ref": "MemberCertDays"}
-    assert days["Type"] == "Number" and str(days["Default"]) == config_defaults()["MEMBER_CERT_DAYS"] == "90"
+    assert days["Type"] == "Number" and str(days["Default"]) == function_defaults()["MEMBER_CERT_DAYS"] == "90"
     assert CERT_DAYS[0] <= days["MinValue"] <= days["Default"] <= days["MaxValue"] <= CERT_DAYS[1]
     groups = template["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
     assert {"Tls", "MemberCertDays"} <= {p for g in groups for p in g["Parameters"]}
@@ -387,7 +381,7 @@ def test_the_load_balancer_passes_tls_through_and_checks_health_on_the_metrics_p
     if managed:
         # 2379 asks for a client certificate the health check does not have.
         assert tg["HealthCheckPort"] == env(template)["ETCD_METRICS_PORT"] == "2381"
-        assert config_defaults()["ETCD_METRICS_PORT"] == "2381"
+        assert function_defaults()["ETCD_METRICS_PORT"] == "2381"
     else:
         assert tg["HealthCheckPort"] == "2379", "plain HTTP on the client port"
 
