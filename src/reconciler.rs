@@ -491,43 +491,22 @@ pub async fn cluster_ca(
     cluster: &str,
     now: Timestamp,
 ) -> Result<crate::pki::Ca, Error> {
-    let mut ca = match secrets.load_ca().await? {
-        Some(ca) => ca,
-        None => {
-            let fresh = crate::pki::Ca::generate(cluster, now)?;
-            match secrets.create_ca(&fresh).await? {
-                crate::ports::Created::Created => {
-                    tracing::warn!(not_after = fresh.not_after, "created the cluster's CA");
-                    fresh
-                }
-                // Another invocation created one first: use that.
-                crate::ports::Created::AlreadyExists => {
-                    secrets.load_ca().await?.ok_or(Error::Pki {
-                        what: "reading the CA",
-                        detail: "it exists and then does not: deleted by hand?".into(),
-                    })?
-                }
-            }
-        }
-    };
-    ca.token_key = Some(match secrets.load_token_key().await? {
-        Some(key) => key,
-        None => {
-            let fresh = crate::pki::generate_token_key()?;
-            match secrets.create_token_key(&fresh).await? {
-                crate::ports::Created::Created => {
-                    tracing::warn!("created the cluster's token key");
-                    fresh
-                }
-                crate::ports::Created::AlreadyExists => {
-                    secrets.load_token_key().await?.ok_or(Error::Pki {
-                        what: "reading the token key",
-                        detail: "it exists and then does not: deleted by hand?".into(),
-                    })?
-                }
-            }
-        }
-    });
+    let mut ca = load_or_create(
+        "CA",
+        async || secrets.load_ca().await,
+        || crate::pki::Ca::generate(cluster, now),
+        async |fresh| secrets.create_ca(fresh).await,
+    )
+    .await?;
+    ca.token_key = Some(
+        load_or_create(
+            "token key",
+            async || secrets.load_token_key().await,
+            crate::pki::generate_token_key,
+            async |fresh| secrets.create_token_key(fresh).await,
+        )
+        .await?,
+    );
     let days_left = (ca.not_after - now) / 86_400;
     if days_left < 365 {
         tracing::error!(
@@ -539,6 +518,30 @@ pub async fn cluster_ca(
         tracing::info!(days_left, not_after = ca.not_after, "cluster CA");
     }
     Ok(ca)
+}
+
+/// One of the cluster's secrets that exists once: read it, else create it (create-only); when
+/// another invocation created it first, read that one.
+async fn load_or_create<T>(
+    what: &'static str,
+    load: impl AsyncFn() -> Result<Option<T>, Error>,
+    generate: impl FnOnce() -> Result<T, Error>,
+    create: impl AsyncFnOnce(&T) -> Result<crate::ports::Created, Error>,
+) -> Result<T, Error> {
+    if let Some(found) = load().await? {
+        return Ok(found);
+    }
+    let fresh = generate()?;
+    match create(&fresh).await? {
+        crate::ports::Created::Created => {
+            tracing::warn!("created the cluster's {what}");
+            Ok(fresh)
+        }
+        crate::ports::Created::AlreadyExists => load().await?.ok_or(Error::Pki {
+            what: "reading a cluster secret",
+            detail: format!("the {what} exists and then does not: deleted by hand?"),
+        }),
+    }
 }
 
 #[cfg(test)]

@@ -1361,3 +1361,40 @@ async fn every_write_an_invocation_takes_as_done_is_what_a_listing_would_show() 
     }
     assert!(world.world().configs.is_empty() && world.world().tls.is_empty());
 }
+
+#[tokio::test]
+async fn a_cluster_secret_created_first_by_another_invocation_is_read_not_replaced() {
+    use crate::ports::Created;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // Nothing there: the fresh one is created and used.
+    let got = super::load_or_create(
+        "CA",
+        async || Ok(None),
+        || Ok("fresh"),
+        async |_: &&str| Ok(Created::Created),
+    )
+    .await
+    .unwrap();
+    assert_eq!(got, "fresh");
+    // Absent at the first read, created by another invocation before ours: the winner's.
+    let reads = AtomicUsize::new(0);
+    let got = super::load_or_create(
+        "CA",
+        async || Ok((reads.fetch_add(1, Ordering::SeqCst) > 0).then_some("winner")),
+        || Ok("fresh"),
+        async |_: &&str| Ok(Created::AlreadyExists),
+    )
+    .await
+    .unwrap();
+    assert_eq!((got, reads.load(Ordering::SeqCst)), ("winner", 2));
+    // Said to exist, then not there: an error naming it, not a second creation.
+    let e = super::load_or_create(
+        "token key",
+        async || Ok(None::<&str>),
+        || Ok("fresh"),
+        async |_: &&str| Ok(Created::AlreadyExists),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("token key"), "{e}");
+}
