@@ -32,7 +32,8 @@
 #                      snapshot's (etcdutl 3.5.10+ only; see restore_snapshot)
 #   TLS_DIR            default /etc/etcd/pki: a TLS=managed member's certificate, key and CA
 #                      certificate (0600, the etcd user's), from <prefix>/tls/<instance id>
-#   POLL_SECONDS       default 5: pause between polls for a parameter
+#   POLL_SECONDS       default 5: pause between polls for a parameter not there yet; after
+#   POLL_MAX_SECONDS   ten times that of waiting, a tenth of the wait, at most this (default 30)
 #   DENIED_GRACE_SECONDS  default 900: how long AccessDenied on a parameter is a wait (see
 #                      wait_for_parameter); DENIED_LOG_SECONDS default 600: then how often it says so
 #   MAX_BACKOFF        default 60: longest pause (seconds) between retries after errors
@@ -46,6 +47,7 @@ ETCD_BIN=${ETCD_BIN:-/usr/local/bin/etcd}
 ETCD_USER=${ETCD_USER:-etcd}
 TLS_DIR=${TLS_DIR:-/etc/etcd/pki}
 POLL_SECONDS=${POLL_SECONDS:-5}
+POLL_MAX_SECONDS=${POLL_MAX_SECONDS:-30}
 DENIED_GRACE_SECONDS=${DENIED_GRACE_SECONDS:-900}
 DENIED_LOG_SECONDS=${DENIED_LOG_SECONDS:-600}
 MAX_BACKOFF=${MAX_BACKOFF:-60}
@@ -80,6 +82,18 @@ retry() {
         delay=$(backoff "$delay")
         n=$((n + 1))
     done
+}
+
+# The pause before the next poll for a parameter not there yet, after WAITED seconds of waiting:
+# POLL_SECONDS, or a tenth of the wait if longer, at most POLL_MAX_SECONDS (fractions allowed).
+# A config is usually published seconds after launch and is seen within POLL_SECONDS; an instance
+# held for long (a restore awaiting an operator, a launch behind a dead member) sees it at most a
+# tenth of its wait late, and spends less of the account's Parameter Store throughput (40 TPS by
+# default, shared by GetParameter(s) and GetParametersByPath across the account and Region:
+# https://docs.aws.amazon.com/general/latest/gr/ssm.html#limits_ssm).
+poll_pause() {
+    awk -v w="$1" -v p="$POLL_SECONDS" -v m="$POLL_MAX_SECONDS" \
+        'BEGIN { x = w / 10; if (x < p) x = p; if (x > m) x = m; print x }'
 }
 
 imds_get() {
@@ -149,7 +163,7 @@ wait_for_parameter() {
                 log "still waiting for $name ($polls polls)"
             fi
             delay=1
-            sleep "$POLL_SECONDS"
+            sleep "$(poll_pause $((SECONDS - since)))"
         else
             log "aws ssm get-parameter $name failed; retrying in ${delay}s: $(tr -s '\n' ' ' < "$err" | cut -c1-600)"
             sleep "$delay"
@@ -332,6 +346,7 @@ install_service() {
         done
         printf 'ETCD_USER=%s\n' "$ETCD_USER"
         printf 'POLL_SECONDS=%s\n' "$POLL_SECONDS"
+        printf 'POLL_MAX_SECONDS=%s\n' "$POLL_MAX_SECONDS"
         printf 'DENIED_GRACE_SECONDS=%s\n' "$DENIED_GRACE_SECONDS"
         printf 'DENIED_LOG_SECONDS=%s\n' "$DENIED_LOG_SECONDS"
         printf 'MAX_BACKOFF=%s\n' "$MAX_BACKOFF"

@@ -512,6 +512,7 @@ class Simulation:
             "BOOT_MODE": "exec",
             "ETCD_BIN": self.etcd_bin,
             "POLL_SECONDS": "0.5",
+            "POLL_MAX_SECONDS": "3",
             "TLS_DIR": os.path.join(data_dir, "pki"),
         }
         script = str(BOOT_SCRIPT)

@@ -182,6 +182,20 @@ def test_exec_mode_waits_for_the_parameter_and_runs_etcd_with_exactly_its_config
     assert set(seen) - {"PWD", "SHLVL", "_"} == {line.split("=")[0] for line in written.splitlines()} | {"PATH"}
 
 
+def test_a_long_wait_polls_less_and_less_often(box):
+    # A `sleep` that notes each pause it is asked for, and takes it.
+    (box / "bin" / "sleep").write_text('#!/bin/bash\necho "$1" >> "$FAKE_AWS/pauses"\nexec /bin/sleep "$1"\n')
+    (box / "bin" / "sleep").chmod(0o755)
+    answers(box, *([None] * 40), ("value", CONFIG))
+    r = boot(box, "fetch", POLL_SECONDS="0.05", POLL_MAX_SECONDS="0.3")
+    assert r.returncode == 0, r.stderr
+    pauses = [float(p) for p in (box / "aws" / "pauses").read_text().split()]
+    # POLL_SECONDS while the wait is short, then a tenth of the wait so far (bash counts whole
+    # seconds: 0.1 from 1 s, 0.2 from 2 s), never more than POLL_MAX_SECONDS.
+    assert len(pauses) == 40 and pauses[0] == 0.05, pauses
+    assert pauses == sorted(pauses) and pauses[-1] == 0.3 and set(pauses) <= {0.05, 0.1, 0.2, 0.3}, pauses
+
+
 DENIED = ("An error occurred (AccessDeniedException) when calling the GetParameter operation: "
           "User: arn:aws:sts::1:assumed-role/r/i-1 is not authorized to perform: ssm:GetParameter")
 
