@@ -82,8 +82,10 @@ e2e: $(E2E_RUNS) e2e-upgrade
 # E2E_WORKERS tests at a time (pytest-xdist, --dist loadgroup: each test to the next free
 # worker, but the demo steps' module-long simulation's, grouped, on one). Each simulation has
 # loopback addresses, ports, an emulator and TLS credentials of its own (sim/etcd.py keys them
-# by its network), so tests of any files may share a worker. 1 runs them one by one.
-E2E_WORKERS       ?= 2
+# by its network), so tests of any files may share a worker. 1 runs them one by one. The longest
+# tests go first (their `long` marks, tests/e2e/conftest.py), and instances poll through one warm
+# AWS CLI per simulation (sim/warm_aws.py): four at a time keep the two cores about 70% busy.
+E2E_WORKERS       ?= 4
 $(E2E_RUNS): e2e-%: deps build
 	@echo "end-to-end tests on etcd $*"
 	ETCD_VERSION=$* $(VENV)/bin/python -m pytest -q -n $(E2E_WORKERS) --dist loadgroup --durations=5 tests/e2e --ignore=tests/e2e/test_upgrade.py

@@ -16,12 +16,30 @@ from sim import procs  # noqa: E402
 from sim.world import ROOT, Simulation  # noqa: E402
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "long(seconds): a test that takes about this long; run first")
+
+
+def pytest_collection_modifyitems(items):
+    """The longest tests first (`long(seconds)`, longest to shortest), the rest in their order:
+    xdist hands tests to workers in this order, so the suite does not end waiting on one long test
+    started last. (A stable sort: the demo steps keep theirs.)"""
+    def seconds(item):
+        mark = item.get_closest_marker("long")
+        return mark.args[0] if mark else 0
+
+    items.sort(key=lambda item: -seconds(item))
+
+
 @pytest.fixture
 def simulation():
     """Makes simulations and stops every process they started, whatever the test did."""
     made = []
 
     def make(**kw):
+        # Instances run the AWS CLI through one warm process (sim/warm_aws.py); the demo steps
+        # (test_demo_steps.py) run it as EC2 does, a fresh process each call.
+        kw.setdefault("warm_aws", True)
         sim = Simulation(name=f"etcd-e2e-{len(made)}", **kw)
         made.append(sim)
         sim.start()

@@ -6,12 +6,15 @@ import json
 import os
 import time
 
+import pytest
+
 from conftest import app_certificate, invocation_outcomes, wait_for
 from sim import etcd
 
 
 
 
+@pytest.mark.long(100)
 def test_every_member_lost_at_once_comes_back_from_the_latest_backup(simulation, apps):
     sim = simulation(backups=True, function_env={"BACKUP_INTERVAL_MINUTES": "1"})
     sim.scale(3)
@@ -113,6 +116,7 @@ def test_every_member_lost_at_once_comes_back_from_the_latest_backup(simulation,
     assert not any("ETCD_ASG_RESTORE_URL" in v for k, v in sim.parameters().items() if "/members/" in k)
 
 
+@pytest.mark.long(45)
 def test_a_partition_with_the_members_still_in_the_group_restores_nothing(simulation):
     sim = simulation(backups=True, writer=False)
     sim.scale(3)
@@ -142,6 +146,7 @@ def test_a_partition_with_the_members_still_in_the_group_restores_nothing(simula
             sim.resume_instance(iid)
 
 
+@pytest.mark.long(60)
 def test_a_majority_lost_for_good_comes_back_from_the_survivors_newer_data(simulation):
     # One backup early (the first is due at once), none after: the survivor holds newer data.
     sim = simulation(backups=True, function_env={"BACKUP_INTERVAL_MINUTES": "60"})
@@ -193,6 +198,7 @@ def test_a_majority_lost_for_good_comes_back_from_the_survivors_newer_data(simul
     assert "survived a restore" in log and f'"reason":"Survivor"' in log and restored in log
 
 
+@pytest.mark.long(70)
 def test_a_snapshot_that_cannot_finish_in_time_is_cut_off_and_membership_goes_on(simulation):
     # Every invocation's time is all deadline margin: a snapshot gets none of it (the path of a
     # database too large for the function's share of a CPU), while each invocation still applies
@@ -235,6 +241,7 @@ def _lose_every_member(sim):
     sim.scale(3)
 
 
+@pytest.mark.long(180)
 def test_a_manual_restore_is_used_once_and_never_replayed_on_a_later_loss(simulation):
     sim = simulation(backups=True, writer=False,
                      function_env={"RECOVERY": "manual", "BACKUP_INTERVAL_MINUTES": "1"})

@@ -5,10 +5,13 @@ test_backups.py."""
 
 import time
 
+import pytest
+
 from conftest import app_certificate, wait_for
 from sim import etcd
 
 
+@pytest.mark.long(50)
 def test_a_client_library_keeps_leases_watches_and_locks_across_a_rolling_replacement(simulation, apps):
     sim = simulation(writer=False)
     sim.scale(3)

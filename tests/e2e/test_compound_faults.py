@@ -16,6 +16,7 @@ def _member_names(sim) -> set[str]:
 
 
 
+@pytest.mark.long(55)
 @pytest.mark.parametrize("store", ["no backups", "the bucket deleted"])
 def test_a_termination_while_another_member_is_down_is_held_until_the_dead_member_is_replaced(
         simulation, store):

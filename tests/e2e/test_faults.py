@@ -65,6 +65,7 @@ def test_two_simultaneous_terminations_from_three_members_to_one(simulation):
     assert etcd.keys_with_prefix(url, "/after") == {"/after"}
 
 
+@pytest.mark.long(40)
 def test_a_member_whose_etcd_hangs_during_a_scale_in(simulation):
     sim = simulation()
     sim.start_writer()
@@ -110,6 +111,7 @@ def test_a_function_with_a_bad_setting_fails_at_start_naming_it(simulation):
     assert "ETCD_PEER_PORT" in str(failed.value) and "70000" in str(failed.value)
 
 
+@pytest.mark.long(40)
 def test_a_member_only_the_function_cannot_reach_is_not_replaced(simulation):
     # Its client port refused to everyone (a route or an ACL); its peers still reach it on 2380.
     sim = simulation(function_env={"UNHEALTHY_REPLACE_SECS": "10"})

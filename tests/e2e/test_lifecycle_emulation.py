@@ -5,6 +5,7 @@ import time
 import urllib.request
 
 import boto3
+import pytest
 
 
 def test_a_held_instance_gets_the_hooks_default_result_when_its_heartbeat_times_out(moto):
@@ -46,6 +47,7 @@ def test_a_held_instance_gets_the_hooks_default_result_when_its_heartbeat_times_
         assert "No active Lifecycle Action found" in str(e)
 
 
+@pytest.mark.long(45)
 def test_an_instance_that_never_boots_is_removed_abandoned_and_replaced(simulation):
     sim = simulation(function_env={"LEARNER_START_TIMEOUT_SECS": "10"})
     sim.scale(3)

@@ -145,6 +145,7 @@ def test_members_refuse_plain_http_and_tls_without_a_client_certificate(simulati
     assert f"{sim.prefix}/tls/{gone}" not in names and f"{sim.prefix}/certs/{gone}" not in names
 
 
+@pytest.mark.long(110)
 def test_certificates_renew_by_replacing_members_one_at_a_time_with_no_write_lost(simulation):
     life = 120
     sim = simulation(function_env={"MEMBER_CERT_SECS": str(life)})
@@ -168,6 +169,7 @@ def test_certificates_renew_by_replacing_members_one_at_a_time_with_no_write_los
 
 
 
+@pytest.mark.long(100)
 def test_a_cluster_of_one_renews_its_certificate_by_replacement_with_no_write_lost(simulation):
     """A single voter's certificate is rotated too: its termination is held until the
     replacement is a voter (the last-voter hold), whatever order the group takes."""
