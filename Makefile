@@ -84,7 +84,7 @@ e2e: $(E2E_RUNS) e2e-upgrade
 # loopback addresses, ports, an emulator and TLS credentials of its own (sim/etcd.py keys them
 # by its network), so tests of any files may share a worker. 1 runs them one by one. The longest
 # tests go first (their `long` marks, tests/e2e/conftest.py), and instances poll through one warm
-# AWS CLI per simulation (sim/warm_aws.py): four at a time keep the two cores about 70% busy.
+# AWS CLI per simulation (sim/warm_aws.py): four at a time keep the two cores about 90% busy.
 E2E_WORKERS       ?= 4
 $(E2E_RUNS): e2e-%: deps build
 	@echo "end-to-end tests on etcd $*"

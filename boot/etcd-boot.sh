@@ -85,7 +85,8 @@ retry() {
 }
 
 # The pause before the next poll for a parameter not there yet, after WAITED seconds of waiting:
-# POLL_SECONDS, or a tenth of the wait if longer, at most POLL_MAX_SECONDS (fractions allowed).
+# POLL_SECONDS, or a tenth of the wait if longer, at most POLL_MAX_SECONDS (fractions allowed; a
+# POLL_MAX_SECONDS below POLL_SECONDS is POLL_SECONDS).
 # A config is usually published seconds after launch and is seen within POLL_SECONDS; an instance
 # held for long (a restore awaiting an operator, a launch behind a dead member) sees it at most a
 # tenth of its wait late, and spends less of the account's Parameter Store throughput (40 TPS by
@@ -93,7 +94,7 @@ retry() {
 # https://docs.aws.amazon.com/general/latest/gr/ssm.html#limits_ssm).
 poll_pause() {
     awk -v w="$1" -v p="$POLL_SECONDS" -v m="$POLL_MAX_SECONDS" \
-        'BEGIN { x = w / 10; if (x < p) x = p; if (x > m) x = m; print x }'
+        'BEGIN { if (m < p) m = p; x = w / 10; if (x < p) x = p; if (x > m) x = m; print x }'
 }
 
 imds_get() {
@@ -142,7 +143,7 @@ has_data() { compgen -G "$DATA_DIR/member/wal/*.wal" > /dev/null; }
 # no network) is logged with AWS's message and retried with backoff.
 # Further arguments go to get-parameter (--with-decryption for a SecureString).
 wait_for_parameter() {
-    local name=$1 err value polls=0 delay=1 since=$SECONDS said=$((SECONDS - DENIED_LOG_SECONDS))
+    local name=$1 err value polls=0 delay=1 since=$SECONDS noted=$SECONDS said=$((SECONDS - DENIED_LOG_SECONDS))
     shift
     err=$(mktemp)
     log "waiting for $name"
@@ -159,11 +160,12 @@ wait_for_parameter() {
                 [ $((SECONDS - said)) -ge "$DENIED_LOG_SECONDS" ]; then
                 said=$SECONDS
                 log "ERROR: $name still denied after $((SECONDS - since))s: either the function has not published it yet (is it running? etcd-asg status), or this instance may not read it (its etcd-asg-instance-arn tag must be this instance's ARN; the instance role needs ssm:GetParameter and kms:Decrypt): $(tr -s '\n' ' ' < "$err" | cut -c1-600)"
-            elif [ $((polls % 120)) -eq 0 ]; then
-                log "still waiting for $name ($polls polls)"
+            elif [ $((SECONDS - noted)) -ge 600 ]; then
+                noted=$SECONDS
+                log "still waiting for $name ($polls polls in $((SECONDS - since))s)"
             fi
             delay=1
-            sleep "$(poll_pause $((SECONDS - since)))"
+            sleep "$(poll_pause $((SECONDS - since)))" || sleep "$POLL_SECONDS"
         else
             log "aws ssm get-parameter $name failed; retrying in ${delay}s: $(tr -s '\n' ' ' < "$err" | cut -c1-600)"
             sleep "$delay"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import array
+import gc
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ import socket
 import struct
 import sys
 import threading
+import traceback
 
 # The client each instance runs as `aws`: the standard library only, no site (-S -E: ~15 ms).
 CLIENT = r'''#!{python} -SE
@@ -71,7 +73,7 @@ def _warm() -> None:
     try:
         for argv in (["ssm", "get-parameter", "--name", "/warm", "--query", "Parameter.Value", "--output", "text"],
                      ["s3", "cp", "--only-show-errors", "s3://warm-bucket/warm", os.devnull]):
-            sys.argv = ["aws", "--cli-connect-timeout", "1", *argv]
+            sys.argv = ["aws", "--cli-connect-timeout", "1", "--cli-read-timeout", "1", *argv]
             try:
                 awscli.clidriver.main()
             except SystemExit:
@@ -95,12 +97,21 @@ def _serve_one(conn: socket.socket) -> None:
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
+
+    def more(n: int) -> bytes:
+        chunk = conn.recv(n)
+        if not chunk:  # the caller went away before its request was whole
+            os._exit(255)
+        return chunk
+
+    if not data:
+        os._exit(255)
     while len(data) < 4:
-        data += conn.recv(4 - len(data))
+        data += more(4 - len(data))
     (size,) = struct.unpack("!I", data[:4])
     data = data[4:]
     while len(data) < size:
-        data += conn.recv(size - len(data))
+        data += more(size - len(data))
     if len(fds) != 3:
         raise RuntimeError(f"the client sent {len(fds)} streams, not 3")
     request = json.loads(data)
@@ -172,14 +183,24 @@ def main() -> None:
     signal.signal(signal.SIGCHLD, _reap)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     os.rename(f"{client}.tmp", client)  # the client appears once the server listens
+    gc.freeze()  # what was decoded stays in the pages the children share
     while True:
         conn, _ = server.accept()
-        if os.fork() == 0:
+        try:
+            child = os.fork()
+        except OSError as e:  # the caller sees "the server went away" (255) and retries
+            print(f"warm_aws: fork failed: {e!r}", file=sys.stderr, flush=True)
+            conn.close()
+            continue
+        if child == 0:
             server.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             try:
                 _serve_one(conn)
+            except BaseException:
+                traceback.print_exc()  # the server's log, or the caller's stderr once it is theirs
+                sys.stderr.flush()
             finally:
                 os._exit(0)
         conn.close()

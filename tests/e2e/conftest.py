@@ -26,7 +26,7 @@ def pytest_collection_modifyitems(items):
     started last. (A stable sort: the demo steps keep theirs.)"""
     def seconds(item):
         mark = item.get_closest_marker("long")
-        return mark.args[0] if mark else 0
+        return mark.args[0] if mark and mark.args else 0
 
     items.sort(key=lambda item: -seconds(item))
 

@@ -2,8 +2,10 @@
 boots, a cluster of one replaced, a function whose hook is missing."""
 
 import json
+import time
 
 import pytest
+from botocore.exceptions import ClientError
 
 from conftest import invocation_outcomes, wait_for
 from sim import etcd
@@ -14,6 +16,25 @@ def _member_names(sim) -> set[str]:
     return {m.get("name", "") for m in listed[1]} if listed else set()
 
 
+
+
+def _delete_bucket(sim):
+    """Empties the backup bucket and deletes it. The function may be storing a snapshot meanwhile
+    (BucketNotEmpty): again, until the bucket is gone."""
+    bucket = sim.backup_bucket
+    for _ in range(50):
+        for u in sim.s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
+            sim.s3.abort_multipart_upload(Bucket=bucket, Key=u["Key"], UploadId=u["UploadId"])
+        for b in sim.s3.list_objects_v2(Bucket=bucket).get("Contents", []):
+            sim.s3.delete_object(Bucket=bucket, Key=b["Key"])
+        try:
+            sim.s3.delete_bucket(Bucket=bucket)
+            return
+        except ClientError as e:
+            if e.response["Error"]["Code"] != "BucketNotEmpty":
+                raise
+        time.sleep(0.2)
+    raise AssertionError(f"{bucket} never stayed empty long enough to delete")
 
 
 @pytest.mark.long(55)
@@ -33,9 +54,7 @@ def test_a_termination_while_another_member_is_down_is_held_until_the_dead_membe
         # The first backup is taken; then the bucket goes (a person, a policy): every later
         # listing and snapshot fails while the termination is held.
         wait_for("the first backup", 60, sim.backups)
-        for b in sim.s3.list_objects_v2(Bucket=sim.backup_bucket).get("Contents", []):
-            sim.s3.delete_object(Bucket=sim.backup_bucket, Key=b["Key"])
-        sim.s3.delete_bucket(Bucket=sim.backup_bucket)
+        _delete_bucket(sim)
     first, dead, leaving = sorted(i["InstanceId"] for i in sim.group_instances())
     # dead's etcd dies on an instance that stays in service; then leaving is scaled in.
     sim.kill_instance(dead)
