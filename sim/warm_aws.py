@@ -24,6 +24,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 import traceback
 
 # The client each instance runs as `aws`: the standard library only, no site (-S -E: ~15 ms).
@@ -164,6 +165,25 @@ def _reap(*_) -> None:
             pass
     except ChildProcessError:
         pass
+
+
+def start(workdir: str):
+    """Starts a server for the simulation in `workdir` (sim/procs.py: stop it by PID) and waits
+    until it serves: (the process, the folder whose `aws` is its client)."""
+    from . import procs
+
+    bin_dir = os.path.join(workdir, "aws-bin")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    log = os.path.join(workdir, "warm-aws.log")
+    proc = procs.spawn([sys.executable, "-m", "sim.warm_aws", "--socket", os.path.join(workdir, "aws.sock"),
+                        "--bin", bin_dir], {**os.environ, "PYTHONPATH": root}, log)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(bin_dir, "aws")):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            procs.stop(proc, kill=True)
+            raise RuntimeError(f"sim/warm_aws.py did not start; see {log}")
+        time.sleep(0.05)
+    return proc, bin_dir
 
 
 def main() -> None:

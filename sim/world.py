@@ -22,7 +22,7 @@ from pathlib import Path
 
 import boto3
 
-from . import etcd, pki, procs
+from . import etcd, pki, procs, warm_aws
 from .runtime import Function
 
 # nftables' command: in /usr/sbin, which a PATH for unprivileged users may leave out.
@@ -352,7 +352,7 @@ class Simulation:
             self.create_group(self.group, 0)
         self._start_balancer()
         if self.warm_aws:
-            self._start_warm_aws()
+            self.warm_aws_proc, self.aws_bin = warm_aws.start(self.workdir)
         self.function.start()
         if self.tls:
             # A root certificate from the CLI (for etcdctl, which speaks gRPC), and the simulation's
@@ -428,19 +428,6 @@ class Simulation:
         while not os.path.exists(ready):
             if self.balancer.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the load balancer did not start; see {self.workdir}/balancer.log")
-            time.sleep(0.05)
-
-    def _start_warm_aws(self):
-        """sim/warm_aws.py: its `aws` client appears in self.aws_bin once it serves."""
-        self.aws_bin = os.path.join(self.workdir, "aws-bin")
-        self.warm_aws_proc = procs.spawn(
-            [sys.executable, "-m", "sim.warm_aws", "--socket", os.path.join(self.workdir, "aws.sock"),
-             "--bin", self.aws_bin],
-            {**os.environ, "PYTHONPATH": str(ROOT)}, os.path.join(self.workdir, "warm-aws.log"))
-        deadline = time.monotonic() + 60
-        while not os.path.exists(os.path.join(self.aws_bin, "aws")):
-            if self.warm_aws_proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"sim/warm_aws.py did not start; see {self.workdir}/warm-aws.log")
             time.sleep(0.05)
 
     def balancer_targets(self) -> dict:

@@ -5,30 +5,28 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 
 import boto3
 import pytest
 
 from conftest import wait_for
-from sim import procs
-from sim.world import CREDENTIALS, ROOT
+from sim import procs, warm_aws
+from sim.world import CREDENTIALS
 
 
 @pytest.fixture
 def warm(moto):
     """(plain `aws`, the warm client, the environment both run with, a scratch folder)."""
     workdir = tempfile.mkdtemp(prefix="warm-aws-")
-    proc = procs.spawn([sys.executable, "-m", "sim.warm_aws", "--socket", f"{workdir}/aws.sock",
-                        "--bin", f"{workdir}/bin"], {**os.environ, "PYTHONPATH": str(ROOT)}, f"{workdir}/log")
+    proc = None
     try:
-        wait_for("the warm CLI", 60, lambda: os.path.exists(f"{workdir}/bin/aws") or proc.poll() is not None)
-        assert proc.poll() is None, open(f"{workdir}/log").read()
+        proc, bin_dir = warm_aws.start(workdir)
         env = {**CREDENTIALS, "AWS_ENDPOINT_URL": moto, "PATH": os.environ["PATH"]}
-        yield shutil.which("aws"), f"{workdir}/bin/aws", env, workdir
+        yield shutil.which("aws"), f"{bin_dir}/aws", env, workdir
     finally:
-        procs.stop(proc, kill=True)
+        if proc is not None:
+            procs.stop(proc, kill=True)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
