@@ -35,6 +35,9 @@ Extra routes, for the simulation only (EventBridge does not exist here):
                         {"InstanceId", "HealthStatus", "ShouldRespectGracePeriod", "sdk", "error"})
   GET /_sim/lapsed      drain the held actions whose heartbeat timeout passed (JSON list of
                         {"InstanceId", "Hook", "Result"}: the hook's DefaultResult applied)
+  GET /_sim/holds       drain the held actions that ended: {"InstanceId", "Hook", "HeartbeatTimeout",
+                        "Started", "Beats" (each heartbeat's epoch seconds), "Ended", "Result", "Lapsed"}
+  GET/POST /_sim/faults the fault layer in front of all of it (sim/faults.py)
 
 CloudFormation (sim/stack.py creates the stack of template.yaml here): what moto's models of the
 template's resources leave out, done as AWS documents it:
@@ -64,7 +67,6 @@ checks it).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import signal
@@ -74,7 +76,6 @@ import time
 import uuid
 from collections import Counter
 from datetime import datetime, timezone
-from urllib.parse import parse_qs
 
 from moto.autoscaling import models as asg
 from moto.autoscaling import responses as asg_responses
@@ -89,11 +90,18 @@ from moto.kms import models as kms
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import make_server
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from sim import faults  # noqa: E402
+
 LAUNCHING = "autoscaling:EC2_INSTANCE_LAUNCHING"
 TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
 ACTIVE = ("Pending", "Pending:Wait", "Pending:Proceed", "InService")
 
 LOCK = threading.RLock()
+# The simulation's one account and Region.
+ACCOUNT, REGION = "123456789012", "us-east-1"
+# The fault layer's state (sim/faults.py): rules set by tests over /_sim/faults.
+FAULTS = faults.Faults()
 EVENTS: list[dict] = []
 TERMINATED: list[str] = []
 SDK_REQUESTS: Counter = Counter()
@@ -101,6 +109,8 @@ SDK_LOG: list = []
 HEALTH: list[dict] = []
 # Held actions whose heartbeat timeout passed (their hook's DefaultResult was applied).
 LAPSED: list[dict] = []
+# Every held action once it ended: when it began, its heartbeats, when and how it ended.
+HOLDS: list[dict] = []
 # (group name, instance id) -> pending action
 ACTIONS: dict[tuple[str, str], "Action"] = {}
 
@@ -112,6 +122,9 @@ class Action:
         self.hook = hook
         self.token = str(uuid.uuid4())
         self.deadline = time.monotonic() + hook.heartbeat_timeout
+        # For the simulation's record of holds (/_sim/holds): when it began, each heartbeat.
+        self.started = time.time()
+        self.beats: list[float] = []
 
 
 def _now() -> str:
@@ -188,10 +201,13 @@ def _finish_termination(group, state):
     TERMINATED.append(state.instance.id)
 
 
-def _conclude(action, result):
+def _conclude(action, result, lapsed=False):
     """What AWS does when an action completes, with `result`, or times out."""
     group, state = action.group, action.state
     ACTIONS.pop((group.name, state.instance.id), None)
+    HOLDS.append({"InstanceId": state.instance.id, "Hook": action.hook.name,
+                  "HeartbeatTimeout": action.hook.heartbeat_timeout, "Started": action.started,
+                  "Beats": action.beats, "Ended": time.time(), "Result": result, "Lapsed": lapsed})
     if action.hook.lifecycle_transition == LAUNCHING:
         if result == "CONTINUE":
             state.lifecycle_state = "InService"
@@ -330,6 +346,7 @@ def complete_lifecycle_action(self):
 def record_lifecycle_action_heartbeat(self):
     action = _find_action(self)
     action.deadline = time.monotonic() + action.hook.heartbeat_timeout
+    action.beats.append(time.time())
     return EmptyResult()
 
 
@@ -509,48 +526,60 @@ def _timeouts(stop: threading.Event):
             for action in [a for a in ACTIONS.values() if a.deadline <= now]:
                 LAPSED.append({"InstanceId": action.state.instance.id, "Hook": action.hook.name,
                                "Result": action.hook.default_result})
-                _conclude(action, action.hook.default_result)
+                _conclude(action, action.hook.default_result, lapsed=True)
 
 
 def _count_sdk_request(environ):
     """Counts the function's own calls (the Rust SDK's), apart from the simulation's (boto3)."""
     if "aws-sdk-rust" not in environ.get("HTTP_USER_AGENT", ""):
         return
-    action = environ.get("HTTP_X_AMZ_TARGET", "").rsplit(".", 1)[-1]
-    if not action:
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-        body = environ["wsgi.input"].read(length) if length else b""
-        environ["wsgi.input"] = io.BytesIO(body)
-        action = parse_qs(body.decode(errors="replace")).get("Action", ["?"])[0]
+    op = environ.get("sim.operation")
+    action = op[1] if op else faults.operation(environ)[1]
     SDK_REQUESTS[action] += 1
     SDK_LOG.append([time.time(), action])
 
 
 FEEDS = {"/_sim/events": lambda: EVENTS, "/_sim/terminated": lambda: TERMINATED, "/_sim/health": lambda: HEALTH,
-         "/_sim/lapsed": lambda: LAPSED, "/_sim/request-log": lambda: SDK_LOG}
+         "/_sim/lapsed": lambda: LAPSED, "/_sim/request-log": lambda: SDK_LOG, "/_sim/holds": lambda: HOLDS}
+
+
+def serve(inner, environ, start_response):
+    """moto (or a feed of the simulation's), one request at a time under the lock."""
+    path = environ.get("PATH_INFO", "")
+    if path in FEEDS or path == "/_sim/requests":
+        with LOCK:
+            if path == "/_sim/requests":
+                body = json.dumps(dict(SDK_REQUESTS)).encode()
+                SDK_REQUESTS.clear()
+            else:
+                feed = FEEDS[path]()
+                body = json.dumps(feed).encode()
+                feed.clear()
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [body]
+    with LOCK:
+        _count_sdk_request(environ)
+        if environ.get("REQUEST_METHOD") == "POST" and "uploadId=" in environ.get("QUERY_STRING", ""):
+            return _complete_multipart_fixed(inner, environ, start_response)
+        return list(inner(environ, start_response))
+
+
+def _launched_at(instance_id):
+    """When EC2 launched the instance (UTC), or None if it does not know it."""
+    from moto.ec2.models import ec2_backends
+    with LOCK:
+        instance = ec2_backends[ACCOUNT][REGION].get_instance_by_id(instance_id)
+        at = getattr(instance, "launch_time", None)
+    if isinstance(at, str):
+        at = datetime.fromisoformat(at.replace("Z", "+00:00"))
+    if at is not None and at.tzinfo is None:
+        at = at.replace(tzinfo=timezone.utc)
+    return at
 
 
 def app_with_lock(inner):
-    def app(environ, start_response):
-        path = environ.get("PATH_INFO", "")
-        if path in FEEDS or path == "/_sim/requests":
-            with LOCK:
-                if path == "/_sim/requests":
-                    body = json.dumps(dict(SDK_REQUESTS)).encode()
-                    SDK_REQUESTS.clear()
-                else:
-                    feed = FEEDS[path]()
-                    body = json.dumps(feed).encode()
-                    feed.clear()
-            start_response("200 OK", [("Content-Type", "application/json")])
-            return [body]
-        with LOCK:
-            _count_sdk_request(environ)
-            if environ.get("REQUEST_METHOD") == "POST" and "uploadId=" in environ.get("QUERY_STRING", ""):
-                return _complete_multipart_fixed(inner, environ, start_response)
-            return list(inner(environ, start_response))
-
-    return app
+    """moto behind the fault layer (sim/faults.py), which does nothing until a test asks."""
+    return faults.layer(inner, FAULTS, _launched_at, serve)
 
 
 def _complete_multipart_fixed(inner, environ, start_response):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import random
 import subprocess
 import threading
 import time
@@ -138,6 +139,11 @@ class Function:
         self.cold_starts: list[float] = []
         self.invocations: list[Invocation] = []
         self.peak_rss_kib = 0
+        # Called with the new process's PID after each start (the fault layer kills by it).
+        self.on_start = None
+        # kill_inside(): (chance, longest delay, its random.Random); the kills done so far.
+        self.killing: tuple[float, float, random.Random] | None = None
+        self.kills = 0
 
     def start(self):
         self.api.generation += 1
@@ -161,6 +167,14 @@ class Function:
                 errors = "".join(self.api.init_errors)
                 raise RuntimeError(f"{self.binary} did not ask for an invocation: {errors}{tail}")
         self.cold_starts.append(time.monotonic() - began)
+        if self.on_start is not None:
+            self.on_start(self.proc.pid)
+
+    def kill_inside(self, chance: float, within: float, seed: int = 11):
+        """From now on, each invocation has `chance` to have its process killed (SIGKILL) at a
+        moment drawn uniformly from its first `within` seconds, as Lambda's timeout, an OOM or a
+        host failure would: inside a step as well as between two. ``chance=0`` stops it."""
+        self.killing = (chance, within, random.Random(seed)) if chance > 0 else None
 
     def _sample_memory(self):
         if self.proc is not None:
@@ -183,9 +197,18 @@ class Function:
                 self.proc = None
                 self.start()
             inv = Invocation(event=event, timeout=timeout)
+            kill_after = None
+            if self.killing is not None:
+                chance, within, rng = self.killing
+                if rng.random() < chance:
+                    kill_after = rng.uniform(0, within)
             self.api.pending.put(inv)
             end = time.monotonic() + timeout + 5
-            while not inv.done.wait(0.05):
+            while not inv.done.wait(0.01 if kill_after is not None else 0.05):
+                if kill_after is not None and inv.started and time.time() - inv.started >= kill_after:
+                    kill_after = None
+                    self.kills += 1
+                    procs.stop(self.proc, kill=True)
                 died = self.proc is None or self.proc.poll() is not None
                 if died or time.monotonic() > end:
                     inv.outcome = "crashed" if died else "timeout"

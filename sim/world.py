@@ -347,6 +347,8 @@ class Simulation:
             **settings,
             **self.extra_env,
         }, os.path.join(self.workdir, "function.log"), once=("FAILPOINT_CRASH_AFTER",))
+        # The fault layer kills the function by its PID (`crash`): it learns each new one.
+        self.function.on_start = lambda pid: self.faults(pid=pid)
         # The group and its hooks exist before the function's cold start, which checks them.
         if not self.deployment:
             self.create_group(self.group, 0)
@@ -442,6 +444,25 @@ class Simulation:
 
     def drain(self, feed: str) -> list:
         with urllib.request.urlopen(f"{self.endpoint}/_sim/{feed}", timeout=5) as r:
+            return json.loads(r.read())
+
+    def faults(self, rules: list[dict] | None = None, **settings):
+        """Sets the fault layer between the function (and the CLI) and the emulator
+        (sim/faults.py): its `rules`, which replace the ones before, and any of `seed`,
+        `impaired`, `unknown_for`. ``sim.faults([])`` ends every fault."""
+        body = dict(settings)
+        if rules is not None:
+            body["rules"] = rules
+        req = urllib.request.Request(f"{self.endpoint}/_sim/faults", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=5) as r:
+            r.read()
+
+    def fault_report(self, clear: bool = False) -> dict:
+        """What the fault layer did: ``{"faults": {"ssm.PutParameter.lose": n, ...}, "calls":
+        {"function.ssm.PutParameter": n, ...}, "kills": n}``."""
+        url = f"{self.endpoint}/_sim/faults" + ("?clear=1" if clear else "")
+        with urllib.request.urlopen(url, timeout=5) as r:
             return json.loads(r.read())
 
     def create_group(self, name: str, desired: int):
