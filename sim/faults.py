@@ -37,8 +37,9 @@ REST XML for S3):
 A rule matches on ``service`` (``autoscaling``, ``ec2``, ``ssm``, ``s3`` or ``*``), ``action`` (an
 operation name, a list of them, or ``*``), ``writes`` (only calls that change something),
 ``clients`` (``rust``, the default: the function and the CLI; ``function``; ``cli``;
-``instances``, the boot scripts' AWS CLI; ``*``) and lasts ``seconds`` from when it is set (for
-ever when absent). Every fault is counted by ``service.Action.fault``, and every call by client.
+``instances``, the boot scripts' AWS CLI; ``*``), acts with chance ``rate`` (default 1), at most
+``count`` times (absent: no limit), and lasts ``seconds`` from when it is set (for ever when
+absent). Every fault is counted by ``service.Action.fault``, and every call by client.
 """
 
 from __future__ import annotations
@@ -185,6 +186,9 @@ class Rule:
         if self.fault == "crash":
             self.clients = {"function"}
         self.rate = float(spec.get("rate", 1.0))
+        # At most this many times (absent: no limit): "lose the first answer", then let the
+        # SDK's retry through.
+        self.left = spec.get("count")
         self.delay = float(spec.get("delay", 3.0))
         seconds = spec.get("seconds")
         self.until = now + float(seconds) if seconds is not None else None
@@ -239,7 +243,11 @@ class Faults:
         with self.lock:
             self.calls[f"{client}.{service}.{action}"] += 1
             for rule in self.rules:
+                if rule.left is not None and rule.left <= 0:
+                    continue
                 if rule.matches(service, action, client, now) and self.rng.random() < rule.rate:
+                    if rule.left is not None:
+                        rule.left -= 1
                     self.counts[f"{service}.{action}.{rule.fault}"] += 1
                     return rule
         return None

@@ -7,12 +7,12 @@ use std::sync::{Arc, Mutex};
 use crate::config::{Config, Timing};
 use crate::error::Error;
 use crate::model::{
-    ActionResult, Alarm, Backup, BackupRef, ClusterRecord, ClusterState, GroupState, MemberConfig,
-    MemberId, PublishedState, SnapshotFacts, Timestamp, Transition,
+    ActionResult, Alarm, Backup, BackupListing, BackupRef, ClusterRecord, ClusterState, GroupState,
+    MemberConfig, MemberId, PublishedState, SnapshotFacts, Timestamp, Transition,
 };
 use crate::pki::{Ca, KeyPem};
 use crate::ports::{
-    Backups, Compacted, Completion, Created, Group, Lifecycle, Members, PrefixGrant,
+    Backups, Compacted, Completion, Created, Group, Hook, Lifecycle, Members, PrefixGrant,
     PublishedConfig, Secrets, Snapshot,
 };
 use crate::reconciler::Reconciler;
@@ -73,14 +73,19 @@ pub fn wrap<G, L, P, M, B>(r: Reconciler<G, L, P, M, B>) -> (Dry<G, L, P, M, B>,
             },
             clock: r.clock,
             backup_failed_at: Default::default(),
+            hooks: Default::default(),
         },
         refused,
     )
 }
 
 impl<G: Group> Group for DryRun<G> {
-    async fn describe(&self) -> Result<GroupState, Error> {
-        self.inner.describe().await
+    async fn list(&self) -> Result<GroupState, Error> {
+        self.inner.list().await
+    }
+
+    async fn locate(&self, group: GroupState) -> GroupState {
+        self.inner.locate(group).await
     }
 
     async fn set_unhealthy(&self, instance: &str) -> Result<(), Error> {
@@ -110,8 +115,8 @@ impl<L: Lifecycle> Lifecycle for DryRun<L> {
         Ok(Completion::Done)
     }
 
-    async fn hook_names(&self) -> Result<Vec<String>, Error> {
-        self.inner.hook_names().await
+    async fn hooks(&self) -> Result<Vec<Hook>, Error> {
+        self.inner.hooks().await
     }
 }
 
@@ -220,14 +225,14 @@ impl<P: Secrets> Secrets for DryRun<P> {
         _instance_arn: &str,
         _bundle: &KeyPem,
         _not_after: Timestamp,
-    ) -> Result<Created, Error> {
+    ) -> Result<(), Error> {
         self.refuse(format!("hand {instance} its certificate and key"));
-        Ok(Created::Created)
+        Ok(())
     }
 }
 
 impl<B: Backups> Backups for DryRun<B> {
-    async fn list(&self) -> Result<Vec<Backup>, Error> {
+    async fn list(&self) -> Result<BackupListing, Error> {
         self.inner.list().await
     }
 
@@ -361,6 +366,7 @@ mod tests {
             config,
             clock: Arc::new(move || clock_world.world().now),
             backup_failed_at: Default::default(),
+            hooks: Default::default(),
         };
         let (dry, refused) = wrap(live);
         let schedule = serde_json::json!({"version": "0", "id": "2", "detail-type": "Scheduled Event",
@@ -371,8 +377,13 @@ mod tests {
             .unwrap();
         assert!(world.calls().is_empty(), "{:?}", world.calls());
         let refused = refused.lock().unwrap();
+        // The held launch's heartbeat first (a write too), then the bootstrap.
         assert_eq!(
-            refused[0], "create cluster record seeded by i-00000001",
+            refused[..2],
+            [
+                "RecordLifecycleActionHeartbeat i-00000001 launch",
+                "create cluster record seeded by i-00000001"
+            ],
             "{refused:?}"
         );
     }

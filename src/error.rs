@@ -116,9 +116,13 @@ pub enum Error {
         operation: &'static str,
         detail: String,
     },
-    /// Long work stopped so that the invocation ends in time (a snapshot too slow to finish).
+    /// Long work stopped so that the invocation ends in time (a snapshot too slow to finish,
+    /// a call that does not answer).
     #[error("{what} stopped before the invocation's deadline: {detail}")]
     OutOfTime { what: &'static str, detail: String },
+    /// A bug: the invocation panicked (its held hooks were still heartbeated).
+    #[error("the invocation panicked: {detail}")]
+    Panicked { detail: String },
 }
 
 /// What an error means for the step that met it. Decided here alone: the reconciler only acts on
@@ -162,7 +166,8 @@ impl Error {
             Self::Config { .. }
             | Self::GroupNotFound(_)
             | Self::BadParameter { .. }
-            | Self::Pki { .. } => false,
+            | Self::Pki { .. }
+            | Self::Panicked { .. } => false,
             Self::EtcdRefused { refusal, .. } => !matches!(refusal, Refusal::InvalidPeerUrls),
             Self::Aws { .. }
             | Self::EtcdUnavailable { .. }
@@ -194,6 +199,7 @@ impl Error {
             Self::EtcdProtocol { .. } => "EtcdProtocol",
             Self::Pki { .. } => "Pki",
             Self::OutOfTime { .. } => "OutOfTime",
+            Self::Panicked { .. } => "Panic",
         };
         format!("{}.{what}", self.retry_class())
     }

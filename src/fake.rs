@@ -41,8 +41,10 @@ pub struct World {
     pub desired_capacity: Option<u32>,
     /// The group's hook names, when a test wants them other than the configured two.
     pub hooks: Option<Vec<String>>,
-    /// Fences of replaced cluster records (see `PublishedConfig::replace_cluster`).
-    pub fences: BTreeMap<String, ClusterRecord>,
+    /// The decisions about record generations and the restore fences, by the generation's
+    /// fence name (`ClusterRecord::fence`), as SSM holds them.
+    pub decided: BTreeMap<String, Decision>,
+    pub restored: BTreeMap<String, ClusterRecord>,
     pub down_since: BTreeMap<String, Timestamp>,
     /// etcd refuses every membership change with this, as a real one does for a while.
     pub refuse: Option<Refusal>,
@@ -78,6 +80,75 @@ pub struct World {
     /// Snapshots stream their first chunk, then nothing more (a database too large for the
     /// function's share of a CPU, a member too slow).
     pub snapshot_stalls: bool,
+    /// Incomplete backups in the bucket: the halves a store or a prune left.
+    pub incomplete: BTreeMap<String, Backup>,
+    /// AWS as it fails (`Faults`).
+    pub faults: Faults,
+}
+
+/// What the fake's AWS does wrong, as the real one can: each port call below by its name.
+#[derive(Default)]
+pub struct Faults {
+    /// Calls that fail (throttled, refused), changing nothing: `list`, `load`, `heartbeat`,
+    /// `hooks`, `complete`, `publish`, `hand-out`, ...
+    pub fail: BTreeSet<&'static str>,
+    /// Calls that fail the first time only.
+    pub fail_once: BTreeSet<&'static str>,
+    /// Calls that never answer.
+    pub hang: BTreeSet<&'static str>,
+    /// Calls that panic (a bug).
+    pub panic: BTreeSet<&'static str>,
+    /// Steps of two writes that do the first and then fail (a crash, or a lost answer, between
+    /// the two): `mark-served` (the fence, not the record), `hand-out` (the bundle, not its
+    /// end), `reseed` and `restore` (the fence, not the record), `store` (the snapshot, not
+    /// its manifest), `prune` (the manifest, not the snapshot).
+    pub split: BTreeSet<&'static str>,
+    /// Instances whose heartbeat fails.
+    pub heartbeat_fails: BTreeSet<String>,
+    /// Instances EC2 does not describe (an impaired zone), and why.
+    pub undescribed: BTreeMap<String, String>,
+    /// Heartbeats answered, by instance, at the world's time.
+    pub beats: Vec<(String, Timestamp)>,
+    /// The hooks' heartbeat timeout (default 300 s).
+    pub hook_timeout: Option<std::time::Duration>,
+}
+
+/// A call's fault, if the world has one for it.
+async fn fault(f: &Fake, call: &'static str) -> Result<(), Error> {
+    let (fails, hangs, panics) = {
+        let mut w = f.world();
+        (
+            w.faults.fail.contains(call) || w.faults.fail_once.remove(call),
+            w.faults.hang.contains(call),
+            w.faults.panic.contains(call),
+        )
+    };
+    if panics {
+        panic!("the fake's {call} panics on purpose");
+    }
+    if hangs {
+        std::future::pending::<()>().await;
+    }
+    if fails {
+        f.world().calls.push(format!("{call} failed"));
+        return Err(Error::Aws {
+            operation: call,
+            source: "ThrottlingException: Rate exceeded".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The second write of a split step did not happen.
+fn split(w: &mut World, call: &'static str) -> Result<(), Error> {
+    if w.faults.split.contains(call) {
+        w.calls.push(format!("{call} split"));
+        return Err(Error::Aws {
+            operation: call,
+            source: "InternalFailure: the answer was lost".into(),
+        });
+    }
+    Ok(())
 }
 
 fn store_failure(operation: &'static str) -> Error {
@@ -114,18 +185,18 @@ impl SnapshotStream for Stalls {
 }
 
 impl Backups for Fake {
-    async fn list(&self) -> Result<Vec<Backup>, Error> {
+    async fn list(&self) -> Result<BackupListing, Error> {
         if self.world().bucket_list_fails {
             return Err(store_failure("ListObjectsV2"));
         }
-        let mut v: Vec<Backup> = self
-            .world()
-            .bucket
-            .values()
-            .map(|(b, _)| b.clone())
-            .collect();
-        v.sort_by_key(|b| (b.taken_at, b.revision));
-        Ok(v)
+        let w = self.world();
+        let mut complete: Vec<Backup> = w.bucket.values().map(|(b, _)| b.clone()).collect();
+        complete.sort_by_key(|b| (b.taken_at, b.revision));
+        let incomplete = w.incomplete.values().cloned().collect();
+        Ok(BackupListing {
+            complete,
+            incomplete,
+        })
     }
 
     async fn store(
@@ -163,6 +234,11 @@ impl Backups for Fake {
             size: content.len() as u64,
         };
         let content = String::from_utf8(content).unwrap();
+        if w.faults.split.contains("store") {
+            // The snapshot stored, its manifest not.
+            w.incomplete.insert(key.clone(), backup.clone());
+            return split(&mut w, "store").map(|_| unreachable!());
+        }
         w.bucket.insert(key, (backup.clone(), content.clone()));
         Ok((backup, format!("sha-of-{content}")))
     }
@@ -170,7 +246,14 @@ impl Backups for Fake {
     async fn delete(&self, key: &str) -> Result<(), Error> {
         let mut w = self.world();
         w.calls.push(format!("delete {key}"));
-        w.bucket.remove(key);
+        if let Some((b, _)) = w.bucket.remove(key) {
+            if w.faults.split.contains("prune") {
+                // The manifest deleted, the snapshot not.
+                w.incomplete.insert(key.to_string(), b);
+                return split(&mut w, "prune");
+            }
+        }
+        w.incomplete.remove(key);
         Ok(())
     }
 
@@ -322,7 +405,8 @@ impl World {
 }
 
 impl Group for Fake {
-    async fn describe(&self) -> Result<GroupState, Error> {
+    async fn list(&self) -> Result<GroupState, Error> {
+        fault(self, "list").await?;
         let mut w = self.world();
         w.describes += 1;
         // As Auto Scaling keeps it: the instances not on their way out, unless a test says.
@@ -335,7 +419,24 @@ impl Group for Fake {
         Ok(GroupState {
             instances: w.instances.clone(),
             desired_capacity,
+            undescribed: Default::default(),
         })
+    }
+
+    /// The addresses and launch times were listed with the instances already (the fake has one
+    /// source): those EC2 does not describe lose them.
+    async fn locate(&self, mut group: GroupState) -> GroupState {
+        if fault(self, "locate").await.is_err() {
+            return group;
+        }
+        let undescribed = self.world().faults.undescribed.clone();
+        for i in &mut group.instances {
+            if let Some(why) = undescribed.get(&i.id) {
+                (i.address, i.launched_at) = (None, 0);
+                group.undescribed.insert(i.id.clone(), why.clone());
+            }
+        }
+        group
     }
 
     async fn set_unhealthy(&self, instance: &str) -> Result<(), Error> {
@@ -355,6 +456,7 @@ impl Lifecycle for Fake {
         transition: Transition,
         result: ActionResult,
     ) -> Result<Completion, Error> {
+        fault(self, "complete").await?;
         let mut w = self.world();
         w.calls.push(format!(
             "complete {transition} {instance} {}",
@@ -380,18 +482,52 @@ impl Lifecycle for Fake {
     }
 
     async fn heartbeat(&self, instance: &str, transition: Transition) -> Result<Completion, Error> {
-        self.world()
-            .calls
-            .push(format!("heartbeat {transition} {instance}"));
+        fault(self, "heartbeat").await?;
+        let mut w = self.world();
+        if w.faults.heartbeat_fails.contains(instance) {
+            w.calls
+                .push(format!("heartbeat {transition} {instance} failed"));
+            return Err(Error::Aws {
+                operation: "RecordLifecycleActionHeartbeat",
+                source: "Throttling: Rate exceeded".into(),
+            });
+        }
+        w.calls.push(format!("heartbeat {transition} {instance}"));
+        let held = w.instances.iter().any(|i| {
+            i.id == instance
+                && matches!(
+                    (transition, &i.state),
+                    (Transition::Launch, LifecycleState::PendingWait)
+                        | (Transition::Terminate, LifecycleState::TerminatingWait)
+                )
+        });
+        if !held {
+            return Ok(Completion::NotPending);
+        }
+        let now = w.now;
+        w.faults.beats.push((instance.to_string(), now));
         Ok(Completion::Done)
     }
 
-    async fn hook_names(&self) -> Result<Vec<String>, Error> {
-        Ok(self
+    async fn hooks(&self) -> Result<Vec<Hook>, Error> {
+        fault(self, "hooks").await?;
+        let w_timeout = self
+            .world()
+            .faults
+            .hook_timeout
+            .unwrap_or(std::time::Duration::from_secs(300));
+        let names = self
             .world()
             .hooks
             .clone()
-            .unwrap_or_else(|| vec!["etcd-launch".into(), "etcd-terminate".into()]))
+            .unwrap_or_else(|| vec!["etcd-launch".into(), "etcd-terminate".into()]);
+        Ok(names
+            .into_iter()
+            .map(|name| Hook {
+                name,
+                heartbeat_timeout: w_timeout,
+            })
+            .collect())
     }
 }
 
@@ -407,6 +543,8 @@ impl Secrets for Fake {
             return Ok(Created::AlreadyExists);
         }
         w.ca = Some(ca.clone());
+        // Applied, its answer lost.
+        split(&mut w, "create-ca")?;
         Ok(Created::Created)
     }
 
@@ -430,31 +568,31 @@ impl Secrets for Fake {
         instance_arn: &str,
         bundle: &KeyPem,
         not_after: Timestamp,
-    ) -> Result<Created, Error> {
+    ) -> Result<(), Error> {
         assert_eq!(
             id_of(instance_arn),
             instance,
             "a bundle for its own instance"
         );
+        fault(self, "hand-out").await?;
         let mut w = self.world();
         w.calls.push(format!("hand-out {instance}"));
-        // As SSM holds them: the end first, both create-only.
-        w.cert_not_after
-            .entry(instance.to_string())
-            .or_insert(not_after);
-        if w.tls.contains_key(instance) {
-            return Ok(Created::AlreadyExists);
-        }
+        // As SSM holds them: the bundle first, then its end, each written whatever is there.
         w.tls.insert(instance.to_string(), bundle.clone());
-        Ok(Created::Created)
+        split(&mut w, "hand-out")?;
+        w.cert_not_after.insert(instance.to_string(), not_after);
+        Ok(())
     }
 }
 
 impl PublishedConfig for Fake {
     async fn load(&self) -> Result<PublishedState, Error> {
+        fault(self, "load").await?;
         let mut w = self.world();
         w.loads += 1;
         Ok(PublishedState {
+            decided: w.decided.clone(),
+            restored: w.restored.clone(),
             cluster: w.record.clone(),
             members: w.configs.clone(),
             down_since: w.down_since.clone(),
@@ -481,15 +619,25 @@ impl PublishedConfig for Fake {
     ) -> Result<Created, Error> {
         let mut w = self.world();
         w.calls.push(format!("reseed {} -> {}", old.seed, new.seed));
-        let fence = format!("{}-{}", old.seed, old.created_at);
-        if w.fences.contains_key(&fence) {
+        // As SSM: the fence decides, whoever finds it rolls its record forward.
+        let decided = w
+            .decided
+            .entry(old.fence())
+            .or_insert_with(|| Decision::Replaced(Box::new(new.clone())))
+            .clone();
+        let Decision::Replaced(decided) = decided else {
+            return Ok(Created::AlreadyExists);
+        };
+        split(&mut w, "reseed")?;
+        if w.record.as_ref() != Some(old) {
             return Ok(Created::AlreadyExists);
         }
-        w.fences.insert(fence, new.clone());
-        if w.record.as_ref() == Some(old) {
-            w.record = Some(new.clone());
-        }
-        Ok(Created::Created)
+        w.record = Some(*decided.clone());
+        Ok(if decided.as_ref() == new {
+            Created::Created
+        } else {
+            Created::AlreadyExists
+        })
     }
 
     async fn request_restore(&self, key: &str) -> Result<(), Error> {
@@ -506,24 +654,36 @@ impl PublishedConfig for Fake {
     ) -> Result<Created, Error> {
         let mut w = self.world();
         w.calls.push(format!("restore-cluster seed {}", new.seed));
-        let fence = format!("restored-{}-{}", old.seed, old.created_at);
-        if w.fences.contains_key(&fence) || w.record.as_ref() != Some(old) {
+        let won = !w.restored.contains_key(&old.fence());
+        let decided = w
+            .restored
+            .entry(old.fence())
+            .or_insert_with(|| new.clone())
+            .clone();
+        split(&mut w, "restore")?;
+        if w.record.as_ref() != Some(old) {
             return Ok(Created::AlreadyExists);
         }
-        w.fences.insert(fence, new.clone());
-        w.record = Some(new.clone());
-        Ok(Created::Created)
+        w.record = Some(decided);
+        Ok(if won {
+            Created::Created
+        } else {
+            Created::AlreadyExists
+        })
     }
 
     async fn mark_served(&self, record: &ClusterRecord) -> Result<Created, Error> {
         let mut w = self.world();
         w.calls.push(format!("mark-served {}", record.seed));
-        let fence = format!("{}-{}", record.seed, record.created_at);
-        match w.fences.get(&fence) {
-            Some(r) if r != record => return Ok(Created::AlreadyExists),
-            _ => {}
+        let decided = w
+            .decided
+            .entry(record.fence())
+            .or_insert(Decision::Served)
+            .clone();
+        if decided != Decision::Served {
+            return Ok(Created::AlreadyExists);
         }
-        w.fences.insert(fence, record.clone());
+        split(&mut w, "mark-served")?;
         w.record = Some(record.clone());
         Ok(Created::Created)
     }
@@ -553,6 +713,7 @@ impl PublishedConfig for Fake {
             instance,
             "a config for its own instance"
         );
+        fault(self, "publish").await?;
         let mut w = self.world();
         w.calls.push(format!("publish {instance}"));
         let published_at = w.now;

@@ -13,7 +13,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     tracing::init_default_subscriber();
     let config =
         Config::from_env().inspect_err(|e| tracing::error!(error = ?e, "bad configuration"))?;
-    let aws = aws_config::load_from_env().await;
+    let aws = adapters::aws_config(adapters::FUNCTION_APP).await;
     // No AWS call before the first poll: the hooks' check and the CA are the first
     // invocation's (`Reconciler::prepare`).
     let reconciler = adapters::connect(config, &aws)

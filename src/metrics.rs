@@ -234,6 +234,8 @@ mod tests {
             }),
             published: PublishedState::default(),
             backups: vec![],
+            incomplete_backups: vec![],
+            undescribed: Default::default(),
             backups_failing: None,
             now: 1000,
         };

@@ -108,12 +108,36 @@ pub fn is_valid_address(s: &str) -> bool {
 }
 
 /// The group as one DescribeAutoScalingGroups call (and EC2's addresses) shows it.
-#[derive(Clone, PartialEq, Eq, Debug)]
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
 pub struct GroupState {
     pub instances: Vec<Instance>,
     /// How many instances the group wants in service: with the last voter leaving, above 0
     /// means a replacement is coming even before it is listed.
     pub desired_capacity: u32,
+    /// Instances EC2 did not describe this time, and why: a zone with a service disruption
+    /// fails every DescribeInstances that names one of its instances, and a new instance is
+    /// unknown to EC2 for a while (`InvalidInstanceID.NotFound`). They have no address from EC2
+    /// (`with_published_addresses` gives them the one they were published with) and no launch
+    /// time (0).
+    pub undescribed: BTreeMap<String, String>,
+}
+
+impl GroupState {
+    /// Each instance EC2 did not describe gets the address its published config names (an
+    /// instance's address does not change while it runs, and the config was written from it):
+    /// a fresh Lambda environment, which has no address cached, is not blinded by an impaired
+    /// zone. One never published keeps none, and every rule that needs its address waits.
+    pub fn with_published_addresses(mut self, published: &PublishedState) -> Self {
+        for i in &mut self.instances {
+            if i.address.is_none() && self.undescribed.contains_key(&i.id) {
+                i.address = published
+                    .members
+                    .get(&i.id)
+                    .and_then(|p| p.config.address());
+            }
+        }
+        self
+    }
 }
 
 /// One instance of the group, as Auto Scaling and EC2 describe it.
@@ -320,6 +344,17 @@ pub struct SnapshotFacts {
     pub taken_at: Timestamp,
 }
 
+/// The bucket's listing: the complete backups, oldest first, and the halves of incomplete ones.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct BackupListing {
+    pub complete: Vec<Backup>,
+    /// A snapshot without its manifest (a store cut short between the upload and the manifest,
+    /// or whose completion's answer was lost), or a manifest without its snapshot (a prune cut
+    /// short between the two deletes): never listed as a backup, pruned once old enough
+    /// (`planner::backup`). `size` is the snapshot's (0 for a manifest alone).
+    pub incomplete: Vec<Backup>,
+}
+
 /// A complete backup (its manifest exists), as the bucket listing tells it.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Backup {
@@ -347,6 +382,21 @@ impl ClusterRecord {
     pub fn has_served(&self) -> bool {
         self.state == RecordState::Served
     }
+
+    /// What the fences about this generation are named by: `<seed>-<created_at>`
+    /// (`<prefix>/decided/…`, `<prefix>/restored/…`).
+    pub fn fence(&self) -> String {
+        format!("{}-{}", self.seed, self.created_at)
+    }
+}
+
+/// The one create-only decision about a record generation (`<prefix>/decided/<fence>`): it
+/// served, or the record that replaced it because its seed never served. Whichever is written
+/// first holds for ever.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Decision {
+    Served,
+    Replaced(Box<ClusterRecord>),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
@@ -453,6 +503,17 @@ impl MemberConfig {
                 .unwrap_or_default()
     }
 
+    /// The host of its peer URL (`scheme://host:port`, an IPv6 host in brackets): the address
+    /// it was published for. None if that is not an address (`is_valid_address`).
+    pub fn address(&self) -> Option<String> {
+        let rest = self.peer_url.split_once("://")?.1;
+        let host = match rest.strip_prefix('[') {
+            Some(v6) => v6.split_once(']')?.0,
+            None => rest.rsplit_once(':').map_or(rest, |(h, _)| h),
+        };
+        is_valid_address(host).then(|| host.to_string())
+    }
+
     pub fn parse_env(text: &str) -> Result<Self, String> {
         let mut vars = BTreeMap::new();
         for line in text.lines().map(str::trim) {
@@ -541,6 +602,10 @@ pub struct PublishedState {
     /// When the request was last written (SSM's LastModifiedDate): it is for the loss of the
     /// generation it postdates, never a later one (`backup::choose`).
     pub restore_request_at: Option<Timestamp>,
+    /// The decisions about record generations, by the generation's fence (`<prefix>/decided/`).
+    pub decided: BTreeMap<String, Decision>,
+    /// The generations that replace lost ones, by the lost one's fence (`<prefix>/restored/`).
+    pub restored: BTreeMap<String, ClusterRecord>,
 }
 
 /// What a step of ours wrote under the prefix, as a listing would read it back: the function is
@@ -571,6 +636,22 @@ pub enum Written {
 }
 
 impl PublishedState {
+    /// Whether `record`'s generation served: its own word, or its fence's. The fence is written
+    /// first (`PublishedConfig::mark_served`): a crash or a lost answer between the two leaves a
+    /// record that still says `bootstrapping` of a cluster that served, which must never be
+    /// bootstrapped again.
+    pub fn served(&self, record: &ClusterRecord) -> bool {
+        record.has_served() || self.decided.get(&record.fence()) == Some(&Decision::Served)
+    }
+
+    /// The record that replaces `record` because its seed never served, if that is decided.
+    pub fn replacement(&self, record: &ClusterRecord) -> Option<&ClusterRecord> {
+        match self.decided.get(&record.fence()) {
+            Some(Decision::Replaced(new)) => Some(new.as_ref()),
+            _ => None,
+        }
+    }
+
     /// The state after `written`, at `now` (SSM's LastModifiedDate, to within the clocks).
     pub fn record(&mut self, written: Written, now: Timestamp) {
         match written {
@@ -606,7 +687,12 @@ impl PublishedState {
             Written::DownForgotten { instance } => {
                 self.down_since.remove(&instance);
             }
-            Written::Record(record) => self.cluster = Some(record),
+            Written::Record(record) => {
+                if record.has_served() {
+                    self.decided.insert(record.fence(), Decision::Served);
+                }
+                self.cluster = Some(record)
+            }
         }
     }
 }
@@ -617,10 +703,14 @@ pub struct Observation {
     pub instances: Vec<Instance>,
     /// The group's desired capacity (see `GroupState`).
     pub desired_capacity: u32,
+    /// Instances EC2 did not describe this time, and why (see `GroupState`).
+    pub undescribed: BTreeMap<String, String>,
     pub cluster: ClusterState,
     pub published: PublishedState,
     /// Complete backups, oldest first; empty when backups are off.
     pub backups: Vec<Backup>,
+    /// Halves of backups a store or a prune left (`BackupListing::incomplete`).
+    pub incomplete_backups: Vec<Backup>,
     /// Why the backup store cannot be used this invocation (its listing or a backup failed):
     /// then `backups` is empty and says nothing, and no rule acts on backups. Membership never
     /// waits for the store.

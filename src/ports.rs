@@ -6,15 +6,24 @@ use std::pin::Pin;
 
 use crate::error::Error;
 use crate::model::{
-    ActionResult, Alarm, Backup, BackupRef, ClusterRecord, ClusterState, GroupState, MemberConfig,
-    MemberId, PublishedState, SnapshotFacts, Timestamp, Transition,
+    ActionResult, Alarm, Backup, BackupListing, BackupRef, ClusterRecord, ClusterState, GroupState,
+    MemberConfig, MemberId, PublishedState, SnapshotFacts, Timestamp, Transition,
 };
 use crate::pki::{Ca, KeyPem};
 
 /// The group's instances with their lifecycle states and addresses.
 pub trait Group: Send + Sync {
-    /// Its instances and desired capacity.
-    fn describe(&self) -> impl Future<Output = Result<GroupState, Error>> + Send;
+    /// Its instances, their lifecycle states and its desired capacity, from Auto Scaling alone
+    /// (no address, no launch time): all that the heartbeats of held hooks need.
+    fn list(&self) -> impl Future<Output = Result<GroupState, Error>> + Send;
+    /// `group` with EC2's addresses and launch times. Never fails as a whole: an instance EC2
+    /// does not describe (an impaired zone, an id it does not know yet) is left without, and
+    /// named in `GroupState::undescribed` with why.
+    fn locate(&self, group: GroupState) -> impl Future<Output = GroupState> + Send;
+    /// Both: its instances and desired capacity, with their addresses.
+    fn describe(&self) -> impl Future<Output = Result<GroupState, Error>> + Send {
+        async { Ok(self.locate(self.list().await?).await) }
+    }
     /// Mark the instance Unhealthy so the group replaces it (through the terminate hook).
     fn set_unhealthy(&self, instance: &str) -> impl Future<Output = Result<(), Error>> + Send;
 }
@@ -41,8 +50,16 @@ pub trait Lifecycle: Send + Sync {
         transition: Transition,
     ) -> impl Future<Output = Result<Completion, Error>> + Send;
 
-    /// The names of the hooks the group has.
-    fn hook_names(&self) -> impl Future<Output = Result<Vec<String>, Error>> + Send;
+    /// The hooks the group has.
+    fn hooks(&self) -> impl Future<Output = Result<Vec<Hook>, Error>> + Send;
+}
+
+/// A lifecycle hook of the group: its name, and how long an action waits for a heartbeat (or
+/// its completion) before its default result.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Hook {
+    pub name: String,
+    pub heartbeat_timeout: std::time::Duration,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -125,16 +142,19 @@ pub trait Secrets: Send + Sync {
     /// Create-only, as the CA.
     fn create_token_key(&self, key: &KeyPem)
         -> impl Future<Output = Result<Created, Error>> + Send;
-    /// Create-only: a member keeps the material it was first given, readable by
-    /// `instance_arn`'s requests alone. Its certificate's end is published beside it (in
-    /// plain: the planner rotates by it). `PublishedConfig::unpublish` takes it back.
+    /// The bundle, readable by `instance_arn`'s requests alone, then its certificate's end
+    /// beside it (in plain: the planner rotates by it, and hands out only where it finds none).
+    /// The end is written last: an end means its bundle is there, so a member's config is never
+    /// published before its bundle. Both are written whatever is there (a hand-out split by a
+    /// crash or a lost answer is done again whole; no config was published after it, so no
+    /// instance read its bundle). `PublishedConfig::unpublish` takes both back.
     fn hand_out(
         &self,
         instance: &str,
         instance_arn: &str,
         bundle: &KeyPem,
         not_after: Timestamp,
-    ) -> impl Future<Output = Result<Created, Error>> + Send;
+    ) -> impl Future<Output = Result<(), Error>> + Send;
 }
 
 /// The etcd members API.
@@ -237,15 +257,16 @@ pub type Snapshot = Box<dyn SnapshotStream>;
 
 /// The object store the snapshots go to.
 pub trait Backups: Send + Sync {
-    /// Every complete backup (manifest written), oldest first.
-    fn list(&self) -> impl Future<Output = Result<Vec<Backup>, Error>> + Send;
+    /// Every complete backup (manifest written), oldest first, and the halves of incomplete ones.
+    fn list(&self) -> impl Future<Output = Result<BackupListing, Error>> + Send;
     /// Streams `snapshot` in; returns the backup and the SHA-256 of its content.
     fn store(
         &self,
         snapshot: Snapshot,
         facts: &SnapshotFacts,
     ) -> impl Future<Output = Result<(Backup, String), Error>> + Send;
-    /// Deleting what is already gone succeeds.
+    /// The snapshot and its manifest, the manifest first. Deleting what is already gone
+    /// succeeds.
     fn delete(&self, key: &str) -> impl Future<Output = Result<(), Error>> + Send;
     /// Where the instance `instance_arn` fetches the backup and what it must hash to; grants it
     /// read access.
@@ -260,7 +281,7 @@ pub trait Backups: Send + Sync {
 pub enum NoBackups {}
 
 impl Backups for NoBackups {
-    async fn list(&self) -> Result<Vec<Backup>, Error> {
+    async fn list(&self) -> Result<BackupListing, Error> {
         match *self {}
     }
 

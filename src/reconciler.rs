@@ -5,12 +5,15 @@
 //! translation into port calls (`apply.rs`). What to do next is always the planner's.
 
 mod apply;
+mod heartbeats;
 mod invocation;
 
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use serde_json::Value;
 use tracing::{info, warn, Instrument};
 
@@ -24,6 +27,7 @@ use crate::ports::{
     Backups, Completion, Group, Lifecycle, Members, NoBackups, PublishedConfig, Secrets,
 };
 
+pub use heartbeats::Keeper;
 pub use invocation::{HeldTermination, Response, Stats};
 use invocation::{Invocation, Listed, Meter, Next, Seen};
 
@@ -31,6 +35,11 @@ use invocation::{Invocation, Listed, Meter, Next, Seen};
 const MAX_STEPS: usize = 64;
 /// A defragmentation longer than this ends the invocation's maintenance.
 const LONG_DEFRAG: Duration = Duration::from_secs(5);
+/// The heartbeats on the way out of an invocation end this long before its deadline.
+const EXIT_RESERVE: Duration = Duration::from_millis(250);
+/// While a step runs or the invocation pauses, the heartbeats that fall due go out at once:
+/// checked this often.
+const BEAT_CHECK: Duration = Duration::from_secs(1);
 
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
@@ -61,6 +70,8 @@ pub struct Reconciler<G, L, P, M, B = NoBackups> {
     /// that fails, costs one invocation's attempt and not every invocation's membership work (a
     /// removal that wants a fresh snapshot then goes without it).
     pub backup_failed_at: std::sync::Mutex<Option<Instant>>,
+    /// What the heartbeats of held hooks need, kept for the environment (`heartbeats`).
+    pub hooks: Keeper,
 }
 
 /// How long backups wait after a backup step failed in this environment.
@@ -76,8 +87,6 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
     Reconciler<G, L, P, M, B>
 {
     pub async fn handle(&self, payload: &Value, deadline: Instant) -> Result<Response, Error> {
-        // Boxed, as `reconcile` below: the SDK's futures nest deep.
-        Box::pin(self.prepare()).await?;
         let expected = Expected {
             group: &self.config.group_name,
             hooks: [&self.config.launch_hook, &self.config.terminate_hook],
@@ -100,7 +109,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             // Boxed: the SDK's futures nest deep enough that the release build's layout
             // computation of one unboxed handler future overflows rustc's query depth.
             Ok(Trigger::Schedule) => {
-                Box::pin(self.reconcile("schedule".into(), None, deadline)).await
+                Box::pin(self.invocation("schedule".into(), None, deadline)).await
             }
             Ok(Trigger::Lifecycle {
                 transition,
@@ -114,8 +123,67 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                 ..
             }) => {
                 let trigger = format!("{transition} {instance}");
-                Box::pin(self.reconcile(trigger, Some(&instance), deadline)).await
+                Box::pin(self.invocation(trigger, Some(&instance), deadline)).await
             }
+        }
+    }
+
+    /// A reconciling invocation, guarded: the held hooks are heartbeated first, from the group
+    /// alone (`reconcile`), and again on the way out whatever ended it: a failure, its deadline
+    /// (less the margin), a panic. A heartbeat that failed fails the invocation when nothing
+    /// else did: Lambda's retries of an event, and the next schedule, try again.
+    async fn invocation(
+        &self,
+        trigger: String,
+        hint: Option<&str>,
+        deadline: Instant,
+    ) -> Result<Response, Error> {
+        let budget = match hint {
+            None => Duration::ZERO,
+            Some(_) => self.config.timing.wait_budget,
+        };
+        let stop_at = deadline
+            .checked_sub(self.config.timing.deadline_margin)
+            .unwrap_or_else(Instant::now);
+        let mut inv = Invocation::new(trigger, stop_at, budget);
+        // Every call is bounded by `stop_at` already (`Meter`): this ends what is left of the
+        // work between them.
+        let until = tokio::time::Instant::from_std(inv.stop_at + EXIT_RESERVE);
+        let run = AssertUnwindSafe(self.reconcile(&mut inv, hint)).catch_unwind();
+        let outcome = match tokio::time::timeout_at(until, run).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(panic)) => Err(Error::Panicked {
+                detail: panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default(),
+            }),
+            Err(_) => Err(Error::OutOfTime {
+                what: "the invocation",
+                detail: "its deadline, less DEADLINE_MARGIN_MS, passed".into(),
+            }),
+        };
+        // On the way out, whatever ended it: what is due (a heartbeat that failed, a long
+        // invocation), with the time the margin keeps for it.
+        let exit = deadline
+            .checked_sub(EXIT_RESERVE)
+            .unwrap_or_else(Instant::now)
+            .max(Instant::now() + EXIT_RESERVE);
+        let failed = self
+            .hooks
+            .keep_alive(&self.lifecycle, &inv.meter, Some(exit));
+        inv.beats_failed.extend(failed.await);
+        match outcome {
+            Ok(response) if !inv.beats_failed.is_empty() => {
+                warn!(
+                    failed = inv.beats_failed.len(),
+                    ?response,
+                    "heartbeats failed: the invocation fails so that it is tried again"
+                );
+                Err(inv.beats_failed.swap_remove(0))
+            }
+            outcome => outcome,
         }
     }
 
@@ -128,11 +196,11 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         deadline: Instant,
     ) -> Result<Response, Error> {
         let started = Instant::now();
-        let meter = Meter::default();
-        let group = meter.aws(self.group.describe()).await?;
+        let meter = Meter::until(deadline);
+        let group = meter.aws(self.group.list()).await?;
         if group.instances.iter().any(|i| i.id == instance) {
             let trigger = format!("{transition} {instance}");
-            return Box::pin(self.reconcile(trigger, Some(instance), deadline)).await;
+            return Box::pin(self.invocation(trigger, Some(instance), deadline)).await;
         }
         let result = ActionResult::Continue;
         let c = meter
@@ -190,12 +258,24 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
     /// Both hooks must exist on the group, or no instance would ever be held for us (and every
     /// event would be for nothing).
     pub async fn check_hooks(&self) -> Result<(), Error> {
-        let names = self.lifecycle.hook_names().await?;
-        for (var, hook) in [
-            ("LAUNCH_HOOK_NAME", &self.config.launch_hook),
-            ("TERMINATE_HOOK_NAME", &self.config.terminate_hook),
+        let hooks = self.lifecycle.hooks().await?;
+        let names: Vec<&String> = hooks.iter().map(|h| &h.name).collect();
+        let mut timeouts = std::collections::BTreeMap::new();
+        for (var, hook, transition) in [
+            (
+                "LAUNCH_HOOK_NAME",
+                &self.config.launch_hook,
+                Transition::Launch,
+            ),
+            (
+                "TERMINATE_HOOK_NAME",
+                &self.config.terminate_hook,
+                Transition::Terminate,
+            ),
         ] {
-            if !names.contains(hook) {
+            if let Some(h) = hooks.iter().find(|h| &h.name == hook) {
+                timeouts.insert(transition, h.heartbeat_timeout);
+            } else {
                 return Err(Error::Config {
                     var: var.into(),
                     value: hook.clone(),
@@ -206,6 +286,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                 });
             }
         }
+        let _ = self.hooks.timeouts.set(timeouts);
         Ok(())
     }
 
@@ -213,7 +294,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
     /// `status` and `plan` show.
     pub async fn look(&self) -> Result<(Observation, planner::Plan), Error> {
         let obs = self
-            .observe(&Meter::default(), &mut Seen::default())
+            .observe(&Meter::default(), &mut Seen::default(), None)
             .await?;
         let plan = planner::assess(&obs, &self.config.settings);
         Ok((obs, plan))
@@ -222,13 +303,35 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
     /// Group, then parameters, then etcd: a config is written only after its member exists, so a
     /// config seen here without its member means the member has since been removed. etcd is
     /// asked every time; AWS only for what this invocation has not `seen` (or no longer trusts).
+    /// With `beats` (an invocation's; not the CLI's look), the held hooks that are due are
+    /// heartbeated right after the group is read, before anything else can fail, and their
+    /// failures go there. EC2 failing for some instances leaves them the address they were
+    /// published with (`GroupState::with_published_addresses`), never a failed observation.
     /// A listing of the bucket that fails, or a backup that failed in this environment lately,
     /// is why the store is not used: membership goes on without it.
-    async fn observe(&self, meter: &Meter, seen: &mut Seen) -> Result<Observation, Error> {
+    async fn observe(
+        &self,
+        meter: &Meter,
+        seen: &mut Seen,
+        beats: Option<&mut Vec<Error>>,
+    ) -> Result<Observation, Error> {
         meter.observations.fetch_add(1, Ordering::Relaxed);
         seen.forget_stale_group();
         if seen.group.is_none() {
-            seen.group = Some((meter.aws(self.group.describe()).await?, Instant::now()));
+            let listed = match seen.listed.take() {
+                Some(listed) => listed,
+                None => meter.aws(self.group.list()).await?,
+            };
+            if let Some(beats) = beats {
+                self.hooks.listed(&listed);
+                let due = self.hooks.keep_alive(&self.lifecycle, meter, meter.bound());
+                beats.extend(due.await);
+            }
+            let located = meter.aws(async { Ok(self.group.locate(listed).await) });
+            seen.group = Some((located.await?, Instant::now()));
+        } else if let Some(beats) = beats {
+            let due = self.hooks.keep_alive(&self.lifecycle, meter, meter.bound());
+            beats.extend(due.await);
         }
         if seen.published.is_none() {
             seen.published = Some(meter.aws(self.published.load()).await?);
@@ -237,6 +340,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             (Some((group, _)), Some(published)) => (group.clone(), published.clone()),
             _ => unreachable!("both read above"),
         };
+        let group = group.with_published_addresses(&published);
         let topology = &self.config.settings.topology;
         let mut present: Vec<_> = group
             .instances
@@ -249,14 +353,18 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             .filter_map(|i| i.address.as_deref().map(|a| topology.client_url(a)))
             .collect();
         let expected = published.cluster.as_ref().and_then(|r| r.cluster_id);
-        let cluster = meter.etcd(self.members.observe(&endpoints, expected)).await;
-        let (backups, backups_failing) = self.backups(meter, &mut seen.listed).await;
+        let cluster = meter
+            .cluster(self.members.observe(&endpoints, expected))
+            .await;
+        let (listing, backups_failing) = self.backups(meter, &mut seen.backups).await;
         Ok(Observation {
             instances: group.instances,
             desired_capacity: group.desired_capacity,
+            undescribed: group.undescribed,
             cluster,
             published,
-            backups,
+            backups: listing.complete,
+            incomplete_backups: listing.incomplete,
             backups_failing,
             now: (self.clock)(),
         })
@@ -267,9 +375,9 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         &self,
         meter: &Meter,
         listed: &mut Listed,
-    ) -> (Vec<crate::model::Backup>, Option<String>) {
+    ) -> (crate::model::BackupListing, Option<String>) {
         let Some(store) = &self.backups else {
-            return (vec![], None);
+            return Default::default();
         };
         let failed_at = *self.backup_failed_at.lock().unwrap();
         if let Some(at) = failed_at.filter(|at| at.elapsed() < BACKUP_RETRY_AFTER) {
@@ -289,30 +397,28 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         }
         match listed {
             Some(Ok(found)) => (found.clone(), None),
-            Some(Err(why)) => (vec![], Some(why.clone())),
-            None => (vec![], None),
+            Some(Err(why)) => (Default::default(), Some(why.clone())),
+            None => Default::default(),
         }
     }
 
-    /// Observe, plan and apply until nothing is left, the wait budget is spent or the deadline
-    /// nears. A scheduled run (no `hint`) never waits: it holds the one concurrency slot that
-    /// lifecycle events queue behind, and the next schedule looks again anyway.
-    async fn reconcile(
-        &self,
-        trigger: String,
-        hint: Option<&str>,
-        deadline: Instant,
-    ) -> Result<Response, Error> {
-        let budget = match hint {
-            None => Duration::ZERO,
-            Some(_) => self.config.timing.wait_budget,
-        };
-        let stop_at = deadline
-            .checked_sub(self.config.timing.deadline_margin)
-            .unwrap_or_else(Instant::now);
-        let mut inv = Invocation::new(trigger, stop_at, budget);
+    /// The group first, and every held hook that is due heartbeated from it alone; then the
+    /// environment prepared; then observe, plan and apply until nothing is left, the wait budget
+    /// is spent or the deadline nears. A scheduled run (no `hint`) never waits: it holds the one
+    /// concurrency slot that lifecycle events queue behind, and the next schedule looks again.
+    async fn reconcile(&self, inv: &mut Invocation, hint: Option<&str>) -> Result<Response, Error> {
+        let listed = inv.meter.aws(self.group.list()).await?;
+        self.hooks.listed(&listed);
+        let due = self
+            .hooks
+            .keep_alive(&self.lifecycle, &inv.meter, Some(inv.stop_at));
+        inv.beats_failed.extend(due.await);
+        inv.seen.listed = Some(listed);
+        // Boxed, as the handler: the SDK's futures nest deep.
+        Box::pin(self.prepare()).await?;
         loop {
-            let obs = self.observe(&inv.meter, &mut inv.seen).await?;
+            let beats = Some(&mut inv.beats_failed);
+            let obs = self.observe(&inv.meter, &mut inv.seen, beats).await?;
             if let Some(id) = hint.filter(|_| inv.steps.is_empty() && inv.failures == 0) {
                 if obs.instance(id).is_none() {
                     return Ok(self.not_in_group(id));
@@ -320,23 +426,53 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             }
             let plan = planner::assess(&obs, &self.config.settings);
             let step = inv.not_again(plan.step.clone());
+            self.hooks.planned(&obs, &step);
             let pass = match &step {
                 Step::Idle => Pass::Done(None),
-                Step::Wait(w) => self.wait(&mut inv, &obs, w).await?,
-                _ => self.step(&mut inv, &obs, step).await?,
+                Step::Wait(w) => self.wait(inv, &obs, w).await,
+                _ => self.step(inv, &obs, step).await?,
             };
             match pass {
-                Pass::Done(waiting) => return Ok(self.finish(&inv, &obs, &plan, waiting)),
+                Pass::Done(waiting) => return Ok(self.finish(inv, &obs, &plan, waiting)),
                 Pass::Again if inv.steps.len() >= MAX_STEPS || Instant::now() > inv.stop_at => {
                     warn!(
                         steps = inv.steps.len(),
                         "stopping with work left: step or time budget spent"
                     );
-                    return Ok(self.finish(&inv, &obs, &plan, Some("budget".into())));
+                    return Ok(self.finish(inv, &obs, &plan, Some("budget".into())));
                 }
                 Pass::Again => {}
             }
         }
+    }
+
+    /// `work` (a step, a pause), with the heartbeats that fall due meanwhile sent as they do;
+    /// their failures go to `failed`.
+    async fn beating<T>(
+        &self,
+        meter: &Meter,
+        failed: &mut Vec<Error>,
+        work: impl std::future::Future<Output = T>,
+    ) -> T {
+        tokio::pin!(work);
+        let mut tick = tokio::time::interval(BEAT_CHECK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                out = &mut work => return out,
+                _ = tick.tick() => {
+                    let due = self.hooks.keep_alive(&self.lifecycle, meter, meter.bound());
+                    failed.extend(due.await);
+                }
+            }
+        }
+    }
+
+    /// A pause of the invocation (a poll, a retry's backoff), heartbeating what falls due.
+    async fn pause(&self, inv: &mut Invocation, pause: Duration) {
+        let (meter, failed) = (&inv.meter, &mut inv.beats_failed);
+        self.beating(meter, failed, meter.sleep(pause)).await;
     }
 
     fn finish(
@@ -360,24 +496,25 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         }
     }
 
-    /// A wait: polled while it is short and there is time, else left with the hooks it holds
-    /// heartbeated.
-    async fn wait(&self, inv: &mut Invocation, obs: &Observation, w: &Wait) -> Result<Pass, Error> {
+    /// A wait: polled while it is short and there is time, else left (its held hooks are
+    /// heartbeated on the way out, `invocation`).
+    async fn wait(&self, inv: &mut Invocation, obs: &Observation, w: &Wait) -> Pass {
         if inv.last_wait.as_ref() != Some(w) {
             info!(wait = %w, why = %w.why(), detail = ?w, "waiting");
             inv.last_wait = Some(w.clone());
         }
         if inv.patient(w, self.config.timing.poll_interval) {
-            inv.meter.sleep(self.config.timing.poll_interval).await;
+            self.pause(inv, self.config.timing.poll_interval).await;
             inv.seen.polling(w);
-            return Ok(Pass::Again);
+            return Pass::Again;
         }
-        self.heartbeat(obs, w, &inv.meter).await?;
-        Ok(Pass::Done(Some(w.to_string())))
+        report_holds(obs, w);
+        Pass::Done(Some(w.to_string()))
     }
 
-    /// One step applied, under a span naming it: success, "already done", or what its failure
-    /// means (`Invocation::after_error`).
+    /// One step applied, under a span naming it, with the heartbeats that fall due meanwhile
+    /// (a snapshot takes long): success, "already done", or what its failure means
+    /// (`Invocation::after_error`).
     async fn step(
         &self,
         inv: &mut Invocation,
@@ -386,18 +523,16 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
     ) -> Result<Pass, Error> {
         let span = tracing::info_span!("step", step = %step);
         let applying = Instant::now();
-        if matches!(step, Step::Backup { .. }) {
-            // A snapshot can take long: every held hook gets its heartbeat before it.
-            self.heartbeat_held(obs, &inv.meter)
-                .instrument(span.clone())
-                .await;
-        }
         // A snapshot gets half of what is left, so that a database too large to stream in time
         // never takes the membership work after it (the backup before a removal is best-effort)
         // and the invocation still ends with its heartbeats.
         let until = applying + inv.stop_at.saturating_duration_since(applying) / 2;
         let applied = self.apply(&step, &inv.meter, obs.now, until);
-        let (outcome, written) = match applied.instrument(span.clone()).await {
+        let applied = applied.instrument(span.clone());
+        let applied = self
+            .beating(&inv.meter, &mut inv.beats_failed, applied)
+            .await;
+        let (outcome, written) = match applied {
             Ok(done) => done,
             Err(e) if e.class() == Class::AlreadyDone => ("already-done", None),
             Err(e) => {
@@ -436,7 +571,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
     ) -> Result<Pass, Error> {
         match next {
             Next::Retry(pause) => {
-                inv.meter.sleep(pause).await;
+                self.pause(inv, pause).await;
                 Ok(Pass::Again)
             }
             Next::WithoutBackups => {
@@ -444,43 +579,21 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                 Ok(Pass::Again)
             }
             Next::Wait(w) => {
-                self.heartbeat(obs, &w, &inv.meter).await?;
+                report_holds(obs, &w);
                 Ok(Pass::Done(Some(w.to_string())))
             }
-            Next::Fail(e) => {
-                self.heartbeat_held(obs, &inv.meter).await;
-                Err(e)
-            }
+            Next::Fail(e) => Err(e),
         }
     }
+}
 
-    /// Heartbeats every held hook on the way out of a failure, or before a long step: failing
-    /// to is logged, never the invocation's outcome.
-    async fn heartbeat_held(&self, obs: &Observation, meter: &Meter) {
-        for (instance, transition) in planner::held(obs) {
-            match meter
-                .aws(self.lifecycle.heartbeat(&instance, transition))
-                .await
-            {
-                Ok(c) => info!(%instance, %transition, completion = ?c, "lifecycle heartbeat"),
-                Err(e) => warn!(%instance, %transition, error = ?e, "lifecycle heartbeat failed"),
-            }
+/// The terminations a wait holds only because the cluster is unreachable, each its own line on
+/// every invocation that holds it.
+fn report_holds(obs: &Observation, wait: &Wait) {
+    for hold in planner::holds(obs, wait) {
+        if hold.while_unreachable {
+            warn!(instance = %hold.instance, "terminate hook held while the cluster is unreachable: an answering member lists this instance's member as a voter, whose data may be the newest");
         }
-    }
-
-    /// While work waits on something slow, keep the hooks the planner holds from timing out.
-    async fn heartbeat(&self, obs: &Observation, wait: &Wait, meter: &Meter) -> Result<(), Error> {
-        for hold in planner::holds(obs, wait) {
-            let c = meter
-                .aws(self.lifecycle.heartbeat(&hold.instance, hold.transition))
-                .await?;
-            if hold.while_unreachable {
-                warn!(instance = %hold.instance, completion = ?c, "terminate hook held while the cluster is unreachable: an answering member lists this instance's member as a voter, whose data may be the newest");
-            } else {
-                info!(instance = %hold.instance, transition = %hold.transition, completion = ?c, "lifecycle heartbeat");
-            }
-        }
-        Ok(())
     }
 }
 

@@ -81,12 +81,15 @@ const KEYS: u64 = 700;
 async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_keys() {
     let dir = tempfile::tempdir().unwrap();
     let moto = support::Moto::start(dir.path());
-    let sdk = aws_config::defaults(BehaviorVersion::latest())
-        .endpoint_url(&moto.endpoint)
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("testing", "testing", None, None, "test"))
-        .load()
-        .await;
+    // The function's own configuration (its timeouts and retries).
+    let loader = aws_config::defaults(BehaviorVersion::latest());
+    let sdk =
+        etcd_asg_lifecycle::adapters::bounded(loader, etcd_asg_lifecycle::adapters::FUNCTION_APP)
+            .endpoint_url(&moto.endpoint)
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("testing", "testing", None, None, "test"))
+            .load()
+            .await;
     let s3 = s3_client(&sdk);
     s3.create_bucket().bucket("backups").send().await.unwrap();
     let store = S3Backups {
@@ -129,7 +132,7 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
         backup.key
     );
     assert!(backup.size > 2 * (8 << 20), "{}", backup.size);
-    assert_eq!(store.list().await.unwrap(), vec![backup.clone()]);
+    assert_eq!(store.list().await.unwrap().complete, vec![backup.clone()]);
 
     // A stream corrupted on the way fails etcd's own trailing SHA-256: refused before it is
     // stored, the upload aborted, nothing listed.
@@ -153,7 +156,7 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
     };
     let e = store.store(corrupted, &later).await.unwrap_err();
     assert!(e.to_string().contains("does not match"), "{e}");
-    assert_eq!(store.list().await.unwrap(), vec![backup.clone()]);
+    assert_eq!(store.list().await.unwrap().complete, vec![backup.clone()]);
     let uploads = s3
         .list_multipart_uploads()
         .bucket("backups")
@@ -243,5 +246,52 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
 
     // Pruning deletes the manifest first: the backup is no longer listed.
     store.delete(&backup.key).await.unwrap();
-    assert_eq!(store.list().await.unwrap(), vec![]);
+    assert_eq!(store.list().await.unwrap().complete, vec![]);
+
+    // S3 as it fails. The completion applied, its answer lost: the SDK's retry meets
+    // NoSuchUpload, and the object of the upload's size is what tells it is done.
+    let lose_once = |action: &str| serde_json::json!({"rules": [{"fault": "lose", "action": action, "count": 1}]});
+    let mut etcd = support::Etcd::new("n2", dir.path());
+    etcd.start(&format!("n2={}", etcd.peer_url), "new");
+    let url = etcd.client_url.clone();
+    support::wait_until("etcd", Duration::from_secs(30), || {
+        std::net::TcpStream::connect(url.trim_start_matches("http://")).ok()
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    put(&client, &url, "/k", "v").await;
+    let at = |t: i64| SnapshotFacts {
+        taken_at: facts.taken_at + t,
+        ..facts.clone()
+    };
+    moto.faults(lose_once("CompleteMultipartUpload")).await;
+    let snapshot = members.snapshot(&url).await.unwrap();
+    let (stored, _) = store.store(snapshot, &at(120)).await.unwrap();
+    assert_eq!(store.list().await.unwrap().complete, vec![stored.clone()]);
+    // The manifest never written (refused, every attempt): a snapshot without it, listed apart.
+    moto.faults(serde_json::json!({"rules": [{"fault": "refuse", "action": "PutObject"}]}))
+        .await;
+    let snapshot = members.snapshot(&url).await.unwrap();
+    store.store(snapshot, &at(180)).await.unwrap_err();
+    moto.faults(serde_json::json!({"rules": []})).await;
+    let listed = store.list().await.unwrap();
+    assert_eq!(listed.complete, vec![stored.clone()]);
+    assert_eq!(listed.incomplete.len(), 1, "{listed:?}");
+    let orphan = listed.incomplete[0].key.clone();
+    assert!(orphan.ends_with(".db"), "{orphan}");
+    // A prune cut short after the manifest: the snapshot alone, listed apart; pruned again, gone.
+    s3.delete_object()
+        .bucket("backups")
+        .key(format!("{}.json", stored.key))
+        .send()
+        .await
+        .unwrap();
+    let listed = store.list().await.unwrap();
+    assert!(listed.complete.is_empty(), "{listed:?}");
+    assert_eq!(listed.incomplete.len(), 2, "{listed:?}");
+    for half in listed.incomplete {
+        store.delete(&half.key).await.unwrap();
+    }
+    assert_eq!(store.list().await.unwrap(), Default::default());
+    let done = moto.faults_done().await;
+    assert_eq!(done["s3.CompleteMultipartUpload.lose"], 1, "{done}");
 }

@@ -14,7 +14,10 @@ use crate::event::shown;
 use crate::model::{
     is_valid_address, ActionResult, GroupState, Instance, LifecycleState, Transition,
 };
-use crate::ports::{Completion, Group, Lifecycle};
+use crate::ports::{Completion, Group, Hook, Lifecycle};
+
+/// Instances EC2 did not describe, and why.
+type Failed = std::collections::BTreeMap<String, String>;
 
 pub struct AutoScalingGroup {
     pub autoscaling: aws_sdk_autoscaling::Client,
@@ -62,44 +65,71 @@ impl AutoScalingGroup {
             .ok_or_else(|| Error::GroupNotFound(self.group.clone()))
     }
 
-    /// Address and launch time of each of `ids`: EC2's, for those not known yet. An instance
-    /// EC2 no longer knows keeps no address.
-    async fn details(
-        &self,
-        ids: &[String],
-    ) -> Result<HashMap<String, (Option<String>, i64)>, Error> {
-        let mut known = self.known.lock().unwrap().clone();
-        known.retain(|id, _| ids.contains(id));
-        let ask: Vec<String> = ids
+    /// EC2's address and launch time of each of `ids` it describes, and why it did not
+    /// describe the others. One DescribeInstances for all; if it fails (EC2 fails the whole call
+    /// for an id it does not know yet, and for one in a zone with a service disruption:
+    /// <https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeInstances.html>), one
+    /// for each, at once, so that only the ids EC2 fails for go without. An instance EC2
+    /// answers for but does not list (gone) has no address and is not among the failed.
+    async fn ask_ec2(&self, ids: Vec<String>) -> (HashMap<String, (Option<String>, i64)>, Failed) {
+        if ids.is_empty() {
+            return Default::default();
+        }
+        let all = self.describe_instances(ids.clone()).await;
+        let Err(why) = all else {
+            return (all.unwrap_or_default(), Failed::new());
+        };
+        if ids.len() == 1 {
+            return (
+                HashMap::new(),
+                ids.into_iter().map(|id| (id, why.clone())).collect(),
+            );
+        }
+        let each = ids
             .iter()
-            .filter(|id| !known.contains_key(*id))
-            .cloned()
-            .collect();
-        let mut out: HashMap<String, (Option<String>, i64)> = known
-            .iter()
-            .map(|(id, (address, at))| (id.clone(), (Some(address.clone()), *at)))
-            .collect();
-        if !ask.is_empty() {
-            let mut pages = self
-                .ec2
-                .describe_instances()
-                .set_instance_ids(Some(ask))
-                .into_paginator()
-                .send();
-            while let Some(page) = pages.next().await {
-                let page = page.map_err(|e| aws("DescribeInstances")(e.into()))?;
-                for i in page.reservations().iter().flat_map(|r| r.instances()) {
-                    let Some(id) = i.instance_id() else { continue };
-                    let launched = i.launch_time().map_or(0, |t| t.secs());
-                    let address = self.address_of(id, i);
-                    if let Some(a) = &address {
-                        known.insert(id.to_string(), (a.clone(), launched));
-                    }
-                    out.insert(id.to_string(), (address, launched));
+            .map(|id| async move { (id, self.describe_instances(vec![id.clone()]).await) });
+        let mut found = HashMap::new();
+        let mut failed = Failed::new();
+        for (id, answer) in futures_util::future::join_all(each).await {
+            match answer {
+                Ok(one) => found.extend(one),
+                Err(why) => {
+                    failed.insert(id.clone(), why);
                 }
             }
         }
-        *self.known.lock().unwrap() = known;
+        (found, failed)
+    }
+
+    /// One DescribeInstances for `ids`: each listed instance's address and launch time, or why
+    /// EC2 answered none (its error code and message; "not yet known to EC2" for an id it does
+    /// not know, as a new instance is for a while:
+    /// <https://docs.aws.amazon.com/ec2/latest/devguide/eventual-consistency.html>).
+    async fn describe_instances(
+        &self,
+        ids: Vec<String>,
+    ) -> Result<HashMap<String, (Option<String>, i64)>, String> {
+        let mut out = HashMap::new();
+        let mut pages = self
+            .ec2
+            .describe_instances()
+            .set_instance_ids(Some(ids))
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| match e.code() {
+                Some("InvalidInstanceID.NotFound") => {
+                    "InvalidInstanceID.NotFound: not yet known to EC2".to_string()
+                }
+                Some(code) => format!("{code}: {}", e.message().unwrap_or_default()),
+                None => format!("{:?}", aws("DescribeInstances")(e.into())),
+            })?;
+            for i in page.reservations().iter().flat_map(|r| r.instances()) {
+                let Some(id) = i.instance_id() else { continue };
+                let launched = i.launch_time().map_or(0, |t| t.secs());
+                out.insert(id.to_string(), (self.address_of(id, i), launched));
+            }
+        }
         Ok(out)
     }
 
@@ -125,9 +155,8 @@ impl AutoScalingGroup {
 }
 
 impl Group for AutoScalingGroup {
-    /// One DescribeAutoScalingGroups, and DescribeInstances only for instances not seen with an
-    /// address before.
-    async fn describe(&self) -> Result<GroupState, Error> {
+    /// One DescribeAutoScalingGroups.
+    async fn list(&self) -> Result<GroupState, Error> {
         let group = self.group().await?;
         let desired_capacity = group.desired_capacity().unwrap_or(0).max(0) as u32;
         let group_arn = group.auto_scaling_group_arn().unwrap_or_default();
@@ -139,46 +168,66 @@ impl Group for AutoScalingGroup {
             )
             .into(),
         })?;
-        let states: Vec<(String, LifecycleState, bool)> = group
+        let instances = group
             .instances()
             .iter()
             .filter_map(|i| {
+                let id = i.instance_id()?.to_string();
                 let state = i.lifecycle_state().map_or("", AwsLifecycleState::as_str);
-                // "Healthy" or "Unhealthy"; anything else is not a mark against it.
-                let healthy = i.health_status() != Some("Unhealthy");
-                Some((
-                    i.instance_id()?.to_string(),
-                    LifecycleState::parse(state),
-                    healthy,
-                ))
-            })
-            .collect();
-        // Only instances that may still run etcd need an address: one on its way out past its
-        // hook, or terminated, has none that matters (and its address may be handed on).
-        let ids: Vec<String> = states
-            .iter()
-            .filter(|(_, state, _)| state.is_present())
-            .map(|(id, ..)| id.clone())
-            .collect();
-        let mut details = self.details(&ids).await?;
-        let instances = states
-            .into_iter()
-            .map(|(id, state, healthy)| {
-                let (address, launched_at) = details.remove(&id).unwrap_or((None, 0));
-                Instance {
+                Some(Instance {
                     arn: format!("{arn_prefix}{id}"),
                     id,
-                    state,
-                    address,
-                    launched_at,
-                    healthy,
-                }
+                    state: LifecycleState::parse(state),
+                    address: None,
+                    launched_at: 0,
+                    // "Healthy" or "Unhealthy"; anything else is not a mark against it.
+                    healthy: i.health_status() != Some("Unhealthy"),
+                })
             })
             .collect();
         Ok(GroupState {
             instances,
             desired_capacity,
+            undescribed: Default::default(),
         })
+    }
+
+    /// DescribeInstances only for instances not seen with an address before (`known`).
+    async fn locate(&self, mut group: GroupState) -> GroupState {
+        // Only instances that may still run etcd need an address: one on its way out past its
+        // hook, or terminated, has none that matters (and its address may be handed on).
+        let ids: Vec<String> = group
+            .instances
+            .iter()
+            .filter(|i| i.state.is_present())
+            .map(|i| i.id.clone())
+            .collect();
+        let mut known = self.known.lock().unwrap().clone();
+        known.retain(|id, _| ids.contains(id));
+        let ask: Vec<String> = ids
+            .iter()
+            .filter(|id| !known.contains_key(*id))
+            .cloned()
+            .collect();
+        let (found, failed) = self.ask_ec2(ask).await;
+        for (id, (address, launched)) in &found {
+            if let Some(a) = address {
+                known.insert(id.clone(), (a.clone(), *launched));
+            }
+        }
+        for i in &mut group.instances {
+            if let Some((address, launched)) = known.get(&i.id) {
+                (i.address, i.launched_at) = (Some(address.clone()), *launched);
+            } else if let Some((address, launched)) = found.get(&i.id) {
+                (i.address, i.launched_at) = (address.clone(), *launched);
+            }
+        }
+        for (id, why) in &failed {
+            tracing::warn!(instance = %id, %why, "EC2 did not describe this instance: it goes without EC2's address this time");
+        }
+        *self.known.lock().unwrap() = known;
+        group.undescribed = failed;
+        group
     }
 
     async fn set_unhealthy(&self, instance: &str) -> Result<(), Error> {
@@ -342,7 +391,7 @@ impl Lifecycle for LifecycleHooks {
         completion("RecordLifecycleActionHeartbeat", r)
     }
 
-    async fn hook_names(&self) -> Result<Vec<String>, Error> {
+    async fn hooks(&self) -> Result<Vec<Hook>, Error> {
         let out = self
             .autoscaling
             .describe_lifecycle_hooks()
@@ -353,7 +402,15 @@ impl Lifecycle for LifecycleHooks {
         Ok(out
             .lifecycle_hooks()
             .iter()
-            .filter_map(|h| h.lifecycle_hook_name().map(str::to_string))
+            .filter_map(|h| {
+                Some(Hook {
+                    name: h.lifecycle_hook_name()?.to_string(),
+                    // AWS's default when unset: one hour.
+                    heartbeat_timeout: std::time::Duration::from_secs(
+                        h.heartbeat_timeout().unwrap_or(3600).max(0) as u64,
+                    ),
+                })
+            })
             .collect())
     }
 }

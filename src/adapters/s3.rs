@@ -1,8 +1,10 @@
 //! The backup store: etcd snapshots in S3, streamed in with a multipart upload (never whole in
 //! memory), under `<prefix>/<cluster token>/<UTC time>-rev<revision>.db`, each followed by a
 //! manifest `<key>.json` (`sha256`, `size`, `revision`, `cluster_id`, `member`, `etcd_version`,
-//! `taken_at`). A snapshot without its manifest is incomplete and not listed.
+//! `taken_at`). A snapshot without its manifest is incomplete: listed apart, never restored, and
+//! pruned once old enough (as is a manifest whose snapshot a prune cut short already deleted).
 
+use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Tag, Tagging};
 
@@ -10,7 +12,7 @@ use super::sdk::aws;
 use super::ssm::INSTANCE_ARN_TAG;
 use crate::error::Error;
 use crate::model::SnapshotFacts;
-use crate::model::{Backup, BackupRef, Timestamp};
+use crate::model::{Backup, BackupListing, BackupRef, Timestamp};
 use crate::ports::{Backups, Snapshot};
 
 /// Parts of the multipart upload: S3's minimum is 5 MiB (all but the last); one is held at once,
@@ -202,7 +204,23 @@ impl S3Backups {
                 }
             }
         }
-        self.s3
+        self.complete(key, upload_id, parts, size).await?;
+        Ok((size, hex(&sha256.unwrap_or_default())))
+    }
+}
+
+impl S3Backups {
+    /// CompleteMultipartUpload. An attempt that completed the upload and whose answer was lost
+    /// leaves the SDK's retry "NoSuchUpload": the object is there, of this size, or it is not.
+    async fn complete(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<CompletedPart>,
+        size: u64,
+    ) -> Result<(), Error> {
+        let completed = self
+            .s3
             .complete_multipart_upload()
             .bucket(&self.bucket)
             .key(key)
@@ -213,9 +231,31 @@ impl S3Backups {
                     .build(),
             )
             .send()
-            .await
-            .map_err(|e| aws("CompleteMultipartUpload")(e.into()))?;
-        Ok((size, hex(&sha256.unwrap_or_default())))
+            .await;
+        let Err(e) = completed else {
+            return Ok(());
+        };
+        if e.code() == Some("NoSuchUpload") && self.stored(key, size).await? {
+            tracing::info!(%key, "the upload was completed by an attempt whose answer was lost");
+            return Ok(());
+        }
+        Err(aws("CompleteMultipartUpload")(e.into()))
+    }
+
+    /// Whether `key` is an object of `size` bytes (HeadObject).
+    async fn stored(&self, key: &str, size: u64) -> Result<bool, Error> {
+        let head = self
+            .s3
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await;
+        match head {
+            Ok(out) => Ok(out.content_length() == Some(size as i64)),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => Ok(false),
+            Err(e) => Err(aws("HeadObject")(e.into())),
+        }
     }
 }
 
@@ -224,7 +264,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 impl Backups for S3Backups {
-    async fn list(&self) -> Result<Vec<Backup>, Error> {
+    async fn list(&self) -> Result<BackupListing, Error> {
         let mut snapshots = Vec::new();
         let mut manifests = std::collections::BTreeSet::new();
         let mut pages = self
@@ -245,12 +285,17 @@ impl Backups for S3Backups {
                 }
             }
         }
-        let mut complete: Vec<Backup> = snapshots
+        let (mut complete, mut incomplete): (Vec<Backup>, Vec<Backup>) = snapshots
             .into_iter()
-            .filter(|b| manifests.contains(&b.key))
-            .collect();
+            .partition(|b| manifests.remove(&b.key));
+        // Manifests whose snapshot is gone.
+        incomplete.extend(manifests.iter().filter_map(|key| self.parse_key(key, 0)));
         complete.sort_by_key(|b| (b.taken_at, b.revision));
-        Ok(complete)
+        incomplete.sort_by_key(|b| (b.taken_at, b.revision));
+        Ok(BackupListing {
+            complete,
+            incomplete,
+        })
     }
 
     async fn store(

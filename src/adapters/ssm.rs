@@ -9,7 +9,7 @@ use aws_sdk_ssm::types::{ParameterStringFilter, ParameterType, ResourceTypeForTa
 use super::sdk::aws;
 use crate::error::Error;
 use crate::event::shown;
-use crate::model::{ClusterRecord, MemberConfig, Published, PublishedState, Timestamp};
+use crate::model::{ClusterRecord, Decision, MemberConfig, Published, PublishedState, Timestamp};
 use crate::pki::{Ca, KeyPem};
 use crate::ports::{self, Created};
 
@@ -177,6 +177,84 @@ impl SsmParameters {
         format!("{}/certs/{instance}", self.prefix)
     }
 
+    /// One listed parameter into `state`, by where it is under the prefix. An unreadable
+    /// down-mark, certificate end, decision or config is logged and left out (the planner writes
+    /// a good one over it); an unreadable cluster record is an error.
+    fn take(
+        &self,
+        state: &mut PublishedState,
+        name: &str,
+        value: &str,
+        modified: Option<Timestamp>,
+    ) -> Result<(), Error> {
+        let under = |dir: &str| name.strip_prefix(&format!("{}/{dir}/", self.prefix));
+        if name == self.cluster_name() {
+            state.cluster = Some(Self::parse_record(name, value)?);
+        } else if name == format!("{}/restore-request", self.prefix) {
+            state.restore_request = Some(value.trim().to_string());
+            state.restore_request_at = modified;
+        } else if let Some(instance) = under("down") {
+            match value.trim().parse() {
+                Ok(since) => {
+                    state.down_since.insert(instance.to_string(), since);
+                }
+                // Rewritten with the time it is next seen down.
+                Err(_) => {
+                    tracing::warn!(parameter = name, value = %shown(value), "unreadable down-mark")
+                }
+            }
+        } else if let Some(instance) = under("certs") {
+            match value.trim().parse() {
+                Ok(end) => {
+                    state.cert_not_after.insert(instance.to_string(), end);
+                }
+                Err(_) => {
+                    tracing::warn!(parameter = name, value = %shown(value), "unreadable certificate end")
+                }
+            }
+        } else if let Some(fence) = under("decided") {
+            let decision = match value {
+                SERVED => Ok(Decision::Served),
+                record => Self::parse_record(name, record).map(|r| Decision::Replaced(Box::new(r))),
+            };
+            match decision {
+                Ok(d) => {
+                    state.decided.insert(fence.to_string(), d);
+                }
+                Err(e) => {
+                    tracing::warn!(parameter = name, error = ?e, "unreadable decision")
+                }
+            }
+        } else if let Some(fence) = under("restored") {
+            match Self::parse_record(name, value) {
+                Ok(record) => {
+                    state.restored.insert(fence.to_string(), record);
+                }
+                Err(e) => {
+                    tracing::warn!(parameter = name, error = ?e, "unreadable restore fence")
+                }
+            }
+        } else if let Some(instance) = under("members") {
+            match MemberConfig::parse_env(value) {
+                Ok(config) => {
+                    let published_at = modified.unwrap_or(0);
+                    state.members.insert(
+                        instance.to_string(),
+                        Published {
+                            config,
+                            published_at,
+                        },
+                    );
+                }
+                // Treated as unpublished: the planner writes a good one over it.
+                Err(detail) => {
+                    tracing::warn!(parameter = name, %detail, "unreadable member config")
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn parse_record(name: &str, value: &str) -> Result<ClusterRecord, Error> {
         serde_json::from_str(value).map_err(|e| Error::BadParameter {
             name: name.to_string(),
@@ -198,11 +276,6 @@ fn instance_tag(instance_arn: &str) -> Result<Tag, Error> {
 impl ports::PublishedConfig for SsmParameters {
     async fn load(&self) -> Result<PublishedState, Error> {
         let mut state = PublishedState::default();
-        let members_path = format!("{}/members/", self.prefix);
-        let down_path = format!("{}/down/", self.prefix);
-        let certs_path = format!("{}/certs/", self.prefix);
-        let restore_request = format!("{}/restore-request", self.prefix);
-        let cluster_name = self.cluster_name();
         // Plain Strings only: the SecureStrings (bundles, the CA, the token key) are read where
         // they are needed, and left out the listing takes fewer pages of 10.
         let plain = ParameterStringFilter::builder()
@@ -225,48 +298,12 @@ impl ports::PublishedConfig for SsmParameters {
                 let (Some(name), Some(value)) = (p.name(), p.value()) else {
                     continue;
                 };
-                if name == cluster_name {
-                    state.cluster = Some(Self::parse_record(name, value)?);
-                } else if name == restore_request {
-                    state.restore_request = Some(value.trim().to_string());
-                    state.restore_request_at = p.last_modified_date().map(|d| d.secs());
-                } else if let Some(instance) = name.strip_prefix(&down_path) {
-                    match value.trim().parse() {
-                        Ok(since) => {
-                            state.down_since.insert(instance.to_string(), since);
-                        }
-                        // Rewritten with the time it is next seen down.
-                        Err(_) => {
-                            tracing::warn!(parameter = name, value = %shown(value), "unreadable down-mark")
-                        }
-                    }
-                } else if let Some(instance) = name.strip_prefix(&certs_path) {
-                    match value.trim().parse() {
-                        Ok(end) => {
-                            state.cert_not_after.insert(instance.to_string(), end);
-                        }
-                        Err(_) => {
-                            tracing::warn!(parameter = name, value = %shown(value), "unreadable certificate end")
-                        }
-                    }
-                } else if let Some(instance) = name.strip_prefix(&members_path) {
-                    match MemberConfig::parse_env(value) {
-                        Ok(config) => {
-                            let published_at = p.last_modified_date().map_or(0, |d| d.secs());
-                            state.members.insert(
-                                instance.to_string(),
-                                Published {
-                                    config,
-                                    published_at,
-                                },
-                            );
-                        }
-                        // Treated as unpublished: the planner writes a good one over it.
-                        Err(detail) => {
-                            tracing::warn!(parameter = name, %detail, "unreadable member config")
-                        }
-                    }
-                }
+                self.take(
+                    &mut state,
+                    name,
+                    value,
+                    p.last_modified_date().map(|d| d.secs()),
+                )?;
             }
         }
         Ok(state)
@@ -446,41 +483,36 @@ impl ports::Secrets for SsmParameters {
             .await
     }
 
-    /// Created tagged (fail closed, as configs).
+    /// The bundle first, created tagged (fail closed, as configs); then its end. A bundle found
+    /// already there is from a hand-out that never wrote its end (a crash, a lost answer, the
+    /// SDK's retry of an applied create): no config was published after it, so no instance has
+    /// read it, and it is overwritten (its tag stays: SSM keeps a parameter's tags when it is
+    /// overwritten). The end is overwritten too, so that it is always this bundle's.
     async fn hand_out(
         &self,
         instance: &str,
         instance_arn: &str,
         bundle: &KeyPem,
         not_after: Timestamp,
-    ) -> Result<Created, Error> {
-        // Its end first (create-only, like the bundle): a bundle is never without one. A retry
-        // after a crash between the two issues a certificate seconds younger than noted, which
-        // only brings its rotation that much closer.
-        let cert_name = self.cert_name(instance);
-        let noted = self
-            .put(cert_name.clone(), not_after.to_string(), false)
-            .await?;
+    ) -> Result<(), Error> {
         let name = self.tls_name(instance);
         let value = bundle.expose().to_string();
         let kind = ParameterType::SecureString;
-        let put = self.put_typed(name.clone(), value, false, kind, Some(instance_arn));
-        let created = match put.await {
-            Ok(created) => created,
-            Err(e) => {
-                // An end without its bundle would tell the planner the bundle is there, and the
-                // member would wait for it forever: the end this call wrote goes too (best
-                // effort; the error is the bundle's).
-                if noted == Created::Created {
-                    let _ = self.delete(cert_name).await;
-                }
-                return Err(e);
-            }
-        };
-        if created == Created::AlreadyExists {
-            // Finishes a hand-out of an older version, which tagged after writing.
+        let put = self.put_typed(
+            name.clone(),
+            value.clone(),
+            false,
+            kind.clone(),
+            Some(instance_arn),
+        );
+        if put.await? == Created::AlreadyExists {
+            self.put_typed(name.clone(), value, true, kind, None)
+                .await?;
+            // A bundle of an older version, which tagged after writing, may lack its tag.
             self.tag_for(instance_arn, name).await?;
         }
-        Ok(created)
+        self.put(self.cert_name(instance), not_after.to_string(), true)
+            .await?;
+        Ok(())
     }
 }

@@ -99,7 +99,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), Error> {
-    let aws = aws_config::load_from_env().await;
+    let aws = adapters::aws_config(adapters::CLI_APP).await;
     let config = match &args.stack {
         // The stack's tags, then the environment (for TLS files and timeouts).
         Some(stack) => {

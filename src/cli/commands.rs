@@ -48,7 +48,7 @@ pub async fn plan(live: &Live, json: bool) -> Result<(), Error> {
 /// `backups`: the complete backups, oldest first, the current generation's marked.
 pub async fn backups(live: &Live, json: bool) -> Result<(), Error> {
     let store = store(live)?;
-    let all = store.list().await?;
+    let all = store.list().await?.complete;
     let (obs, _) = live.look().await?;
     let token = obs.published.cluster.as_ref().map(|r| r.token.as_str());
     if json {
@@ -61,7 +61,7 @@ pub async fn backups(live: &Live, json: bool) -> Result<(), Error> {
 
 /// `restore BACKUP`: the request RECOVERY=manual waits for, for a backup the bucket has.
 pub async fn restore(live: &Live, backup: String) -> Result<(), Error> {
-    let all = store(live)?.list().await?;
+    let all = store(live)?.list().await?.complete;
     if backup != "latest" && !all.iter().any(|b| b.key == backup) {
         return Err(Error::Config {
             var: "BACKUP".into(),

@@ -27,6 +27,10 @@ use crate::model::{
 
 /// A removal waits for a snapshot unless the last one is younger than this.
 pub const FRESH_SECS: i64 = 60;
+/// A half of a backup (a snapshot without its manifest, a manifest without its snapshot) is
+/// pruned once taken this long ago: no invocation of any stack lives as long (Lambda's longest
+/// timeout is 15 minutes), so no store can still be writing it.
+pub const INCOMPLETE_SECS: i64 = 3600;
 
 /// The policy, unless backups are off or the store fails this invocation.
 fn usable<'a>(obs: &Observation, settings: &'a Settings) -> Option<&'a BackupPolicy> {
@@ -140,6 +144,9 @@ pub fn recovery(
             });
         }
     }
+    if let Some(step) = restore_decided(obs, record) {
+        return Plan::only(step);
+    }
     let Some(seed) = seed_candidate(obs, None) else {
         return unreachable(format!(
             "the cluster is lost for good; a launching instance will seed its restore ({detail})"
@@ -159,6 +166,23 @@ pub fn recovery(
             "every member is gone and there is no backup to restore ({detail})"
         )),
     }
+}
+
+/// A restore already decided for `old` (its fence written, the record not: a crash or a lost
+/// answer between the two), rolled forward as decided: the same generation, seed and backup,
+/// while its seed is still held at launch. With the seed gone the record is written anyway by
+/// the next restore planned (whose fence write finds this one), and re-seeded from there.
+fn restore_decided(obs: &Observation, old: &ClusterRecord) -> Option<Step> {
+    let new = obs.published.restored.get(&old.fence())?;
+    let snapshot = &new.restored_from.as_ref()?.snapshot;
+    let seed = obs.instance(&new.seed).filter(|i| i.state.is_launching())?;
+    let backup = obs.backups.iter().find(|b| b.key == snapshot.key)?;
+    Some(Step::Restore {
+        old: old.clone(),
+        new: new.clone(),
+        backup: backup.clone(),
+        seed_arn: seed.arn.clone(),
+    })
 }
 
 /// The record of the generation restored from `backup` in place of `old`, seeded by `seed`.
@@ -265,12 +289,21 @@ fn lineage(obs: &Observation) -> Option<[&str; 2]> {
     Some([record.token.as_str(), previous])
 }
 
-/// What retention deletes now: per generation of this cluster's lineage (the newest of each is
-/// always kept), never the snapshot the current generation was restored from.
+/// What retention deletes now: the halves of backups a store or a prune cut short, once
+/// `INCOMPLETE_SECS` old, then per generation of this cluster's lineage what retention lets go
+/// (the newest of each is always kept), never the snapshot the current generation was restored
+/// from.
 pub fn prunable(obs: &Observation, policy: &BackupPolicy) -> Vec<String> {
     let Some(generations) = lineage(obs) else {
         return vec![];
     };
+    let mut out: Vec<String> = obs
+        .incomplete_backups
+        .iter()
+        .filter(|b| generations.contains(&b.token.as_str()))
+        .filter(|b| obs.now - b.taken_at >= INCOMPLETE_SECS)
+        .map(|b| b.key.clone())
+        .collect();
     let restored_from = obs
         .published
         .cluster
@@ -278,7 +311,6 @@ pub fn prunable(obs: &Observation, policy: &BackupPolicy) -> Vec<String> {
         .and_then(|r| r.restored_from.as_ref())
         .map(|r| r.snapshot.key.as_str());
     let mut seen = BTreeSet::new();
-    let mut out = Vec::new();
     for token in generations.into_iter().filter(|t| seen.insert(*t)) {
         let generation: Vec<Backup> = obs
             .backups
@@ -474,6 +506,8 @@ mod tests {
                 of("foreign", 29 * day),
                 of("foreign", 29 * day + 60),
             ],
+            incomplete_backups: vec![],
+            undescribed: Default::default(),
             backups_failing: None,
             now,
         };
@@ -550,6 +584,8 @@ mod tests {
             cluster: crate::model::ClusterState::unreachable(""),
             published: Default::default(),
             backups: vec![backup(10, 1), backup(20, 2)],
+            incomplete_backups: vec![],
+            undescribed: Default::default(),
             backups_failing: None,
             now: 100,
         };

@@ -1,13 +1,24 @@
 //! Which lifecycle hooks to keep alive (heartbeats) while work waits, so that no instance is let
 //! go, or abandoned, by a hook timing out on a guess.
+//!
+//! Which actions are held is the group's alone to tell (`held`): the function heartbeats them
+//! before the rest of every observation, so that nothing else failing (SSM, EC2, S3, etcd, a
+//! panic) can keep a heartbeat from going out. The only other thing the heartbeats need is what
+//! the last complete plan lets lapse (`released`), which the environment remembers.
 
-use super::step::Wait;
-use crate::model::{ClusterState, LifecycleState, Observation, Transition};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
 
-/// Instances held in a lifecycle hook, whose heartbeat keeps the hook from timing out while a
-/// slow step is under way.
-pub fn held(obs: &Observation) -> Vec<(String, Transition)> {
-    obs.instances
+use super::step::{Step, Wait};
+use crate::model::{ClusterState, Instance, LifecycleState, Observation, Transition};
+
+/// A lifecycle action the group holds: its instance, and which hook holds it.
+pub type Held = (String, Transition);
+
+/// Every action the group holds an instance in (`Pending:Wait`, `Terminating:Wait`): from the
+/// group alone.
+pub fn held(instances: &[Instance]) -> Vec<Held> {
+    instances
         .iter()
         .filter_map(|i| match i.state {
             LifecycleState::PendingWait => Some((i.id.clone(), Transition::Launch)),
@@ -60,12 +71,61 @@ pub fn holds(obs: &Observation, wait: &Wait) -> Vec<Hold> {
             })
             .collect();
     }
-    held(obs)
+    held(&obs.instances)
         .into_iter()
         .map(|(instance, transition)| Hold {
             instance,
             transition,
             while_unreachable: false,
         })
+        .collect()
+}
+
+/// The held actions a plan lets lapse into their hook's default result: with nothing left to do
+/// (`Idle`), every one (an instance that will never join, say one EC2 gives no address); for a
+/// wait, those `holds` does not keep; none while there is a step to take.
+pub fn released(obs: &Observation, step: &Step) -> BTreeSet<Held> {
+    let all = held(&obs.instances).into_iter();
+    match step {
+        Step::Idle => all.collect(),
+        Step::Wait(w) => {
+            let kept: BTreeSet<Held> = holds(obs, w)
+                .into_iter()
+                .map(|h| (h.instance, h.transition))
+                .collect();
+            all.filter(|h| !kept.contains(h)).collect()
+        }
+        _ => BTreeSet::new(),
+    }
+}
+
+/// A hold is heartbeated again once this share of its hook's timeout has passed since its last
+/// heartbeat: well within the third the goal allows between two of them, with one minute
+/// between scheduled invocations at the template's 300 s.
+pub const BEAT_EVERY: u32 = 6;
+
+/// A plan's release of a held action (`released`) stands for this share of its hook's timeout:
+/// each complete plan that makes it again renews it (one a minute, with the schedule), so that
+/// it lapses as planned; when no complete plan comes (SSM or the group failing, invocations
+/// killed), the hold is heartbeated again well before it could lapse on a view that old.
+pub const RELEASE_FOR: u32 = 2;
+
+/// Of `held`, the actions to heartbeat at `now`: those not released within a `RELEASE_FOR`th of
+/// their hook's timeout (`released`, when each release was planned) whose last heartbeat
+/// (`beaten`) is older than a `BEAT_EVERY`th of it, or that never had one.
+pub fn due(
+    held: &[Held],
+    released: &BTreeMap<Held, Instant>,
+    beaten: &BTreeMap<Held, Instant>,
+    timeout: impl Fn(Transition) -> Duration,
+    now: Instant,
+) -> Vec<Held> {
+    let within = |at: Option<&Instant>, span: Duration| {
+        at.is_some_and(|at| now.saturating_duration_since(*at) < span)
+    };
+    held.iter()
+        .filter(|h| !within(released.get(*h), timeout(h.1) / RELEASE_FOR))
+        .filter(|h| !within(beaten.get(*h), timeout(h.1) / BEAT_EVERY))
+        .cloned()
         .collect()
 }

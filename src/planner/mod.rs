@@ -43,7 +43,9 @@ pub mod maintenance;
 mod record;
 mod step;
 
-pub use holds::{held, held_while_unreachable, holds, Hold};
+pub use holds::{
+    due, held, held_while_unreachable, holds, released, Held, Hold, BEAT_EVERY, RELEASE_FOR,
+};
 pub use step::{
     BackupReason, MemberCertificate, Plan, Removal, Replacement, StaleRequest, Step, Wait,
 };
@@ -61,7 +63,7 @@ pub fn assess(obs: &Observation, settings: &Settings) -> Plan {
     let view = match &obs.cluster {
         ClusterState::Unreachable { detail, survivors } => {
             return match &obs.published.cluster {
-                Some(record) if record.has_served() => {
+                Some(record) if obs.published.served(record) => {
                     backup::recovery(obs, settings, record, detail, survivors)
                 }
                 _ => record::bootstrap(obs, settings, detail),

@@ -26,7 +26,9 @@ pub fn bookkeeping(ctx: &Context) -> Option<Step> {
         let seed_serves = view
             .voters()
             .any(|m| m.is_started() && m.name == record.seed);
-        if record.has_served() || seed_serves {
+        // A fence that says served with a record that does not: a crash or a lost answer
+        // between the two writes of `mark_served`, rolled forward.
+        if obs.published.served(record) || seed_serves {
             return Some(Step::MarkServed(ClusterRecord {
                 state: RecordState::Served,
                 cluster_id: Some(view.cluster_id),
@@ -83,12 +85,24 @@ pub fn bootstrap(obs: &Observation, settings: &Settings, detail: &str) -> Plan {
             ))
         }));
     };
-    // Bootstrap is under way only while the seed is still held at launch: its action completes
-    // once it is a started voter (and the record says served), so a seed in service with a
-    // record that never served is a cluster we cannot see. Publishing `new` could found a second.
     if let Some(step) = release_terminations(obs, settings) {
         return Plan::only(step);
     }
+    // A replacement already decided (the fence written, the record not), rolled forward as
+    // decided while its seed is held at launch; else one planned anew meets the fence, which
+    // writes the decided one, and the next observation goes on from it.
+    if let Some(new) = obs.published.replacement(record) {
+        if let Some(next) = obs.instance(&new.seed).filter(|i| i.state.is_launching()) {
+            return Plan::only(Step::ReseedCluster {
+                seed_arn: next.arn.clone(),
+                old: record.clone(),
+                new: new.clone(),
+            });
+        }
+    }
+    // Bootstrap is under way only while the seed is still held at launch: its action completes
+    // once it is a started voter (and the record says served), so a seed in service with a
+    // record that never served is a cluster we cannot see. Publishing `new` could found a second.
     let seed = obs.instance(&record.seed);
     if seed.is_some_and(|i| !i.state.is_launching() && i.state.wants_membership()) {
         return Plan::waiting(Wait::ClusterUnreachable {

@@ -83,6 +83,8 @@ fn given(instances: Vec<Instance>) -> Given {
             cluster: ClusterState::unreachable("connection refused"),
             published: PublishedState::default(),
             backups: vec![],
+            incomplete_backups: vec![],
+            undescribed: Default::default(),
             backups_failing: None,
             now: 1000,
         },
@@ -776,7 +778,7 @@ fn held_instances_are_the_ones_waiting_in_a_hook() {
         inst(3, TerminatingWait),
     ]);
     assert_eq!(
-        held(&g.obs),
+        held(&g.obs.instances),
         vec![(i(2), Transition::Launch), (i(3), Transition::Terminate)]
     );
 }

@@ -137,9 +137,8 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                 certificate,
             } => {
                 // Its certificate first: the boot script fetches it once the config is there.
-                // Its end, when this step issued it; None after a hand-out found an earlier
-                // bundle, whose end only a listing tells.
-                let mut cert_not_after = Some(None);
+                // Its end, when this step issued it.
+                let mut cert_not_after = None;
                 if let Some(cert) = certificate {
                     let (ca, pki) = self.issuer()?;
                     let issued = ca.issue_member(
@@ -152,23 +151,19 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                     let bundle = issued.bundle(ca);
                     let handed =
                         published.hand_out(instance, instance_arn, &bundle, issued.not_after);
-                    cert_not_after = match meter.aws(handed).await? {
-                        Created::Created => {
-                            info!(%instance, not_after = issued.not_after, "member certificate issued");
-                            Some(Some(issued.not_after))
-                        }
-                        Created::AlreadyExists => None,
-                    };
+                    meter.aws(handed).await?;
+                    info!(%instance, not_after = issued.not_after, "member certificate issued");
+                    cert_not_after = Some(issued.not_after);
                 }
                 meter
                     .aws(published.publish(instance, instance_arn, config))
                     .await?;
-                let written = cert_not_after.map(|cert_not_after| Written::Config {
+                let written = Written::Config {
                     instance: instance.clone(),
                     config: config.clone(),
                     cert_not_after,
-                });
-                Ok(("published", written))
+                };
+                Ok(("published", Some(written)))
             }
             Step::Unpublish {
                 instance,
@@ -325,7 +320,15 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                 ..
             } => {
                 let began = Instant::now();
-                let snapshot = meter.etcd(self.members.snapshot(endpoint)).await?;
+                // Its start (etcd's answer) within the snapshot's time too, not only its chunks.
+                let start = tokio::time::timeout_at(
+                    tokio::time::Instant::from_std(until),
+                    meter.etcd(self.members.snapshot(endpoint)),
+                );
+                let snapshot = start.await.map_err(|_| Error::OutOfTime {
+                    what: "snapshot",
+                    detail: "the member did not start streaming within the half of the invocation a snapshot may take".into(),
+                })??;
                 let snapshot = Box::new(Bounded {
                     inner: snapshot,
                     until,

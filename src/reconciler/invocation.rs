@@ -12,7 +12,9 @@ use tracing::{info, warn};
 
 use crate::error::{Class, Error};
 use crate::metrics::Metrics;
-use crate::model::{Backup, GroupState, Observation, PublishedState, Timestamp, Written};
+use crate::model::{
+    BackupListing, ClusterState, GroupState, Observation, PublishedState, Timestamp, Written,
+};
 use crate::planner::{Plan, Step, Wait};
 
 /// What an invocation returns. A rejected event is a successful invocation: retrying it cannot
@@ -66,7 +68,9 @@ pub struct Stats {
     pub observations: u32,
 }
 
-/// Times and counts every port call of an invocation.
+/// Times and counts every port call of an invocation, and ends any that is not done by the
+/// invocation's `until`: no outside call outlasts the invocation, whatever the SDK's or the
+/// etcd client's own timeouts.
 #[derive(Default)]
 pub struct Meter {
     etcd_ns: AtomicU64,
@@ -75,15 +79,50 @@ pub struct Meter {
     aws_calls: AtomicU32,
     waited_ns: AtomicU64,
     pub observations: AtomicU32,
+    /// None: no bound (the CLI's looks).
+    until: Option<Instant>,
 }
 
 impl Meter {
-    pub async fn etcd<T>(&self, call: impl Future<Output = T>) -> T {
-        Self::time(&self.etcd_ns, &self.etcd_calls, call).await
+    pub fn until(until: Instant) -> Self {
+        Self {
+            until: Some(until),
+            ..Self::default()
+        }
     }
 
-    pub async fn aws<T>(&self, call: impl Future<Output = T>) -> T {
-        Self::time(&self.aws_ns, &self.aws_calls, call).await
+    /// The invocation's bound on every call, if it has one.
+    pub fn bound(&self) -> Option<Instant> {
+        self.until
+    }
+
+    pub async fn etcd<T>(&self, call: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+        let bounded = bound(self.until, "an etcd call", call);
+        Self::time(&self.etcd_ns, &self.etcd_calls, bounded).await
+    }
+
+    /// etcd's view of the cluster; nobody answering before `until` is itself what is seen.
+    pub async fn cluster(&self, call: impl Future<Output = ClusterState>) -> ClusterState {
+        let bounded = bound(self.until, "observing etcd", async { Ok(call.await) });
+        match Self::time(&self.etcd_ns, &self.etcd_calls, bounded).await {
+            Ok(state) => state,
+            Err(e) => ClusterState::unreachable(e.to_string()),
+        }
+    }
+
+    pub async fn aws<T>(&self, call: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+        self.aws_until(self.until, call).await
+    }
+
+    /// An AWS call bounded by `until` rather than the invocation's own bound: the heartbeats on
+    /// the way out of an invocation, which go after it.
+    pub async fn aws_until<T>(
+        &self,
+        until: Option<Instant>,
+        call: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        let bounded = bound(until, "an AWS call", call);
+        Self::time(&self.aws_ns, &self.aws_calls, bounded).await
     }
 
     async fn time<T>(ns: &AtomicU64, calls: &AtomicU32, call: impl Future<Output = T>) -> T {
@@ -119,7 +158,7 @@ impl Meter {
 }
 
 /// One invocation's listing of the backup store: the backups, or why the store is not used.
-pub type Listed = Option<Result<Vec<Backup>, String>>;
+pub type Listed = Option<Result<BackupListing, String>>;
 
 /// The group is read again while polling once what was read is this old.
 const GROUP_FRESH: Duration = Duration::from_secs(30);
@@ -131,12 +170,15 @@ const GROUP_FRESH: Duration = Duration::from_secs(30);
 /// what was read is `GROUP_FRESH` old. Every invocation starts with none of it.
 #[derive(Default)]
 pub struct Seen {
+    /// The group as Auto Scaling listed it at the invocation's start (its held hooks
+    /// heartbeated from it), for the first observation to locate.
+    pub listed: Option<GroupState>,
     pub group: Option<(GroupState, Instant)>,
     pub published: Option<PublishedState>,
     /// The bucket's listing: only a step of ours changes it (taken, pruned), and polling must
     /// not list it every pause. A listing that fails (or a backup that failed) is kept too, as
     /// why the store is not used.
-    pub listed: Listed,
+    pub backups: Listed,
 }
 
 impl Seen {
@@ -156,7 +198,7 @@ impl Seen {
                 (Some(w), Some(published)) => published.record(w, now),
                 _ => self.published = None,
             },
-            Step::Backup { .. } | Step::Prune { .. } => self.listed = None,
+            Step::Backup { .. } | Step::Prune { .. } => self.backups = None,
             _ => {}
         }
     }
@@ -222,6 +264,8 @@ pub struct Invocation {
     pub seen: Seen,
     /// Steps applied, refusals and errors by kind, for the metrics.
     pub counts: Metrics,
+    /// Heartbeats that failed (each logged): the invocation's outcome if nothing else fails.
+    pub beats_failed: Vec<Error>,
 }
 
 impl Invocation {
@@ -233,13 +277,14 @@ impl Invocation {
             started,
             stop_at,
             patience_until: stop_at.min(started + budget),
-            meter: Meter::default(),
+            meter: Meter::until(stop_at),
             steps: Vec::new(),
             failures: 0,
             last_wait: None,
             last_applied: None,
             seen: Seen::default(),
             counts: Metrics::default(),
+            beats_failed: Vec::new(),
         }
     }
 
@@ -286,7 +331,7 @@ impl Invocation {
             if matches!(e, Error::OutOfTime { .. }) {
                 self.counts.count("BackupTimedOut");
             }
-            self.seen.listed = Some(Err(e.to_string()));
+            self.seen.backups = Some(Err(e.to_string()));
             // Counted here too: an invocation that ends on its budget right after a slow
             // failing snapshot reports no later observation.
             self.counts.count("BackupFailed");
@@ -401,6 +446,24 @@ fn held_for_quorum(waits: &[Wait]) -> Vec<HeldTermination> {
             _ => None,
         })
         .collect()
+}
+
+/// `call`, or `Error::OutOfTime` once `until` passes.
+async fn bound<T>(
+    until: Option<Instant>,
+    what: &'static str,
+    call: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    let Some(until) = until else {
+        return call.await;
+    };
+    match tokio::time::timeout_at(tokio::time::Instant::from_std(until), call).await {
+        Ok(out) => out,
+        Err(_) => Err(Error::OutOfTime {
+            what,
+            detail: "no answer before the invocation's deadline (less DEADLINE_MARGIN_MS)".into(),
+        }),
+    }
 }
 
 fn backoff(base: Duration, failures: u32) -> Duration {

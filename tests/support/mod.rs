@@ -137,4 +137,21 @@ impl Moto {
             _proc: proc,
         }
     }
+
+    /// Sets the fault layer in front of the emulator (sim/faults.py): its rules and settings.
+    pub async fn faults(&self, spec: serde_json::Value) {
+        let answer = reqwest::Client::new()
+            .post(format!("{}/_sim/faults", self.endpoint))
+            .json(&spec)
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success(), "{answer:?}");
+    }
+
+    /// What the fault layer did since last asked: `service.Action.fault` → count.
+    pub async fn faults_done(&self) -> serde_json::Value {
+        let r = reqwest::get(format!("{}/_sim/faults?clear=1", self.endpoint));
+        r.await.unwrap().json::<serde_json::Value>().await.unwrap()["faults"].clone()
+    }
 }
