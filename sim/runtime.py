@@ -170,7 +170,7 @@ class Function:
         if self.on_start is not None:
             self.on_start(self.proc.pid)
 
-    def kill_inside(self, chance: float, within: float, seed: int = 11):
+    def kill_inside(self, chance: float, within: float = 2.0, seed: int = 11):
         """From now on, each invocation has `chance` to have its process killed (SIGKILL) at a
         moment drawn uniformly from its first `within` seconds, as Lambda's timeout, an OOM or a
         host failure would: inside a step as well as between two. ``chance=0`` stops it."""

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from conftest import invocation_outcomes, wait_for
+from sim import faults
 
 
 def _member_names(sim) -> set[str]:
@@ -55,4 +56,83 @@ def test_a_termination_held_for_quorum_outlasts_ssm_throttled_and_never_answerin
     assert first in ids and dead not in ids and leaving not in ids, ids
     assert sim.drain("lapsed") == []
     sim.writer.stop()
+    assert sim.writer.lost() == []
+
+
+def _lapsed_none(sim):
+    lapsed = sim.drain("lapsed")
+    assert lapsed == [], f"hooks lapsed into their default result: {lapsed}"
+
+
+@pytest.mark.long(300)
+def test_churn_through_refused_calls_lost_answers_and_kills_inside_invocations(simulation):
+    sim = simulation()
+    # A fifth of the function's AWS calls refused (503, not applied), a tenth more applied with
+    # their answer lost (500 after the write), from the first invocation on.
+    sim.faults([{"fault": "refuse", "rate": 0.2}, {"fault": "lose", "rate": 0.125}], seed=26)
+    sim.start_writer()
+    sim.scale(3)
+    sim.wait_converged(3, label="bootstrap, faults", timeout=240)
+    sim.scale(5)
+    sim.wait_converged(5, label="scale out, faults", timeout=240)
+    oldest = sorted(sim.group_instances(), key=lambda i: i["InstanceId"])[0]["InstanceId"]
+    sim.terminate(oldest, decrement=False)
+    sim.wait_converged(5, label="replace, faults", timeout=240)
+    sim.scale(3)
+    sim.wait_converged(3, label="scale in, faults", timeout=240)
+    done = sim.fault_report(clear=True)["faults"]
+    refused = sum(n for k, n in done.items() if k.endswith(".refuse"))
+    lost = sum(n for k, n in done.items() if k.endswith(".lose"))
+    writes_lost = [k for k in done if k.endswith(".lose") and faults.WRITE.match(k.split(".")[1])]
+    assert refused > 20 and lost > 10 and writes_lost, done
+    _lapsed_none(sim)
+
+    # Then the function killed inside its invocations: at a random moment of most of them, and
+    # right after a fifth of its writes (between two writes of one step).
+    first = len(sim.function.invocations)
+    sim.faults([{"fault": "crash", "rate": 0.2}], seed=27)
+    sim.function.kill_inside(0.8, within=2.0)
+    sim.scale(4)
+    sim.wait_converged(4, label="scale out, kills", timeout=300)
+    victim = sorted(sim.group_instances(), key=lambda i: i["InstanceId"])[0]["InstanceId"]
+    sim.terminate(victim, decrement=False)
+    sim.wait_converged(4, label="replace, kills", timeout=300)
+    sim.scale(3)
+    sim.wait_converged(3, label="scale in, kills", timeout=300)
+    sim.function.kill_inside(0)
+    sim.faults([])
+    crashed = [i for i in sim.function.invocations[first:] if i.outcome == "crashed"]
+    assert len(crashed) >= 10, f"{len(crashed)} of {len(sim.function.invocations) - first} killed"
+    assert sim.fault_report()["kills"] > 0
+    # No orphan member and no learner left (wait_converged), no hook lapsed, nothing lost.
+    _lapsed_none(sim)
+    sim.writer.stop()
+    assert sim.writer.lost() == []
+
+
+@pytest.mark.long(240)
+def test_a_zone_of_two_members_of_five_impaired_for_describe_instances_in_a_fresh_environment(simulation):
+    sim = simulation(function_env={"UNHEALTHY_REPLACE_SECS": "15"})
+    sim.start_writer()
+    sim.scale(5)
+    sim.wait_converged(5, label="bootstrap 5", timeout=240)
+    lost_zone = sorted(i["InstanceId"] for i in sim.group_instances())[1:3]
+    # The zone's instances: their etcd gone, EC2 failing every DescribeInstances that names them;
+    # new instances unknown to EC2 for their first 8 seconds. A fresh Lambda environment, with no
+    # address cached.
+    sim.faults(impaired=lost_zone, unknown_for=8)
+    for iid in lost_zone:
+        sim.kill_instance(iid)
+    with sim.function.lock:
+        sim.function.restart()
+    wait_for("both lost members' instances replaced", 300,
+             lambda: not {i["InstanceId"] for i in sim.group_instances()} & set(lost_zone), every=1)
+    sim.wait_converged(5, label="both replaced", timeout=180)
+    done = sim.fault_report()["faults"]
+    assert done.get("ec2.DescribeInstances.impaired", 0) > 0, done
+    assert done.get("ec2.DescribeInstances.not-yet-known", 0) > 0, done
+    _lapsed_none(sim)
+    sim.writer.stop()
+    # The quorum was never lost: writes went on (a stall is an election's, seconds).
+    assert sim.writer.longest_stall < 20, sim.writer.longest_stall
     assert sim.writer.lost() == []

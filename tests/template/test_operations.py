@@ -126,6 +126,33 @@ def test_the_member_certificate_alarm_fires_below_a_sixth_of_their_life(template
     assert p["AlarmActions"] == TOPIC_ACTION
 
 
+def test_the_failed_invocations_alarm_notifies_of_each_failure_not_only_the_first(template):
+    """Two invocations failing an hour apart, nothing in between, the queue never read (it keeps
+    messages 14 days): the alarm goes to ALARM twice. The alarm's metric, as SQS reports it per
+    period: NumberOfMessagesSent what was sent in it, ApproximateNumberOfMessagesVisible what the
+    queue holds."""
+    p = alarm(template, "FailedInvocationsAlarm")
+    queue = template["Resources"]["FailedInvocations"]["Properties"]
+    assert p["Namespace"] == "AWS/SQS"
+    assert p["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["FailedInvocations", "QueueName"]}}]
+    assert int(queue["MessageRetentionPeriod"]) == 14 * 86_400
+    periods = 3600 * 3 // p["Period"]
+    failed_in = {1: 1, 3600 // p["Period"] + 1: 1}  # period -> messages sent
+    held = 0
+    states = []
+    for n in range(periods):
+        sent = failed_in.get(n, 0)
+        held += sent
+        value = {"NumberOfMessagesSent": sent, "ApproximateNumberOfMessagesVisible": held}[p["MetricName"]]
+        breaching = {"GreaterThanThreshold": value > p["Threshold"],
+                     "GreaterThanOrEqualToThreshold": value >= p["Threshold"]}[p["ComparisonOperator"]]
+        states.append("ALARM" if breaching else "OK")
+    assert p["Statistic"] == "Sum" and p["EvaluationPeriods"] == 1
+    transitions = sum(1 for a, b in zip(["OK"] + states, states) if a == "OK" and b == "ALARM")
+    assert transitions == 2, (p["MetricName"], states)
+    assert p["TreatMissingData"] == "notBreaching", "no message sent in a period: no datapoint, OK"
+
+
 def test_every_alarm_notifies_the_optional_topic(template):
     alarms = resources(template, "AWS::CloudWatch::Alarm")
     assert set(METRIC_ALARMS) | {"DatabaseNearQuotaAlarm", "FailedInvocationsAlarm"} <= set(alarms)

@@ -1,0 +1,215 @@
+//! etcd's authentication: the function as `root` through tokens of the cluster's keys, turning
+//! authentication on, users and their prefixes.
+
+use serde_json::{json, Value};
+
+use super::gateway::call;
+use super::{unix_now, EtcdMembers};
+use crate::error::{Error, Refusal};
+use crate::pki::RootTokens;
+use crate::ports::PrefixGrant;
+
+impl EtcdMembers {
+    /// A fresh root token for `endpoint`, if the function holds the signers and etcd asked for a
+    /// user: from the signer the endpoint took last, else the first.
+    pub(super) fn token(&self, endpoint: &str) -> Result<Option<String>, Error> {
+        Ok(self.tokens(endpoint)?.into_iter().next())
+    }
+
+    /// Fresh root tokens for `endpoint`, one per signer, the one it took last first; none while
+    /// etcd has not asked for a user.
+    pub(super) fn tokens(&self, endpoint: &str) -> Result<Vec<String>, Error> {
+        let Some(root) = self
+            .root
+            .get()
+            .filter(|_| self.auth_seen.load(std::sync::atomic::Ordering::Relaxed))
+        else {
+            return Ok(Vec::new());
+        };
+        let first = self.signer_of(endpoint);
+        let now = unix_now();
+        (0..root.signers())
+            .map(|n| root.token((first + n) % root.signers(), now))
+            .collect()
+    }
+
+    fn signer_of(&self, endpoint: &str) -> usize {
+        self.signers
+            .lock()
+            .unwrap()
+            .get(endpoint)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Remembers that `endpoint` took the token `tried` places after its preferred one.
+    pub(super) fn took(&self, endpoint: &str, tried: usize) {
+        if tried == 0 {
+            return;
+        }
+        let n = self.root.get().map_or(1, RootTokens::signers);
+        let signer = (self.signer_of(endpoint) + tried) % n;
+        tracing::info!(
+            endpoint,
+            signer,
+            "a member verifies tokens of another key (a bundle from before the token key)"
+        );
+        self.signers
+            .lock()
+            .unwrap()
+            .insert(endpoint.to_string(), signer);
+    }
+
+    /// Whether a call made without a token was refused for naming no user, and we can be root:
+    /// then it is tried again with a token, and tokens are sent from now on.
+    pub(super) fn asks_for_root(&self, sent_token: bool, r: &Result<impl Sized, Error>) -> bool {
+        let user_empty = matches!(r, Err(e) if e.refusal() == Some(Refusal::UserEmpty));
+        if sent_token || self.root.get().is_none() || !user_empty {
+            return false;
+        }
+        if !self
+            .auth_seen
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::info!("etcd asks for a user: acting as root from now on");
+        }
+        true
+    }
+    /// Whether etcd's authentication is on: a read without a token is refused for naming no user
+    /// only then (3.4 has no auth status call). Serializable: the member answers alone, no quorum
+    /// and no raft proposal. Remembered for the token (`auth_seen`).
+    pub(super) async fn auth_enabled(&self, endpoint: &str) -> Result<bool, Error> {
+        let body = json!({"key": "AA==", "serializable": true, "count_only": true});
+        let client = self.client()?;
+        let r = call::<Value>(
+            &client,
+            "auth probe",
+            endpoint,
+            "/v3/kv/range",
+            body,
+            None,
+            None,
+        );
+        let on = match r.await {
+            Ok(_) => false,
+            Err(e) if e.refusal() == Some(Refusal::UserEmpty) => true,
+            Err(e) => return Err(e),
+        };
+        self.auth_seen
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+        Ok(on)
+    }
+
+    /// Whether `user` logs in with `password` through the gateway, as its programs will: a user
+    /// made without a password (a certificate user of that name) cannot, whatever it is given.
+    pub(super) async fn check_login(
+        &self,
+        endpoint: &str,
+        user: &str,
+        password: &crate::pki::Password,
+    ) -> Result<(), Error> {
+        let client = self.client()?;
+        let body = json!({"name": user, "password": password.expose()});
+        let path = "/v3/auth/authenticate";
+        match call::<Value>(&client, "auth login", endpoint, path, body, None, None).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.refusal().is_some() => Err(Error::Config {
+                var: "USER".into(),
+                value: user.into(),
+                reason: format!(
+                    "cannot log in with its new password ({e}): a certificate user of that \
+                     name has no password; give the gateway user another name"
+                ),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// An auth call that may find its work done already (the user or role exists).
+    pub(super) async fn ensure(
+        &self,
+        operation: &'static str,
+        endpoint: &str,
+        path: &str,
+        body: Value,
+    ) -> Result<(), Error> {
+        match self.act(operation, endpoint, path, body).await {
+            Err(e) if e.refusal() == Some(Refusal::AlreadyExists) => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Authentication on: the `root` user (no password: the function is root through tokens)
+    /// with the `root` role, then auth enable. Each part may already be done.
+    pub(super) async fn turn_auth_on(&self, endpoint: &str) -> Result<(), Error> {
+        let root = crate::pki::ROOT_USER;
+        let user = json!({"name": root, "options": {"no_password": true}});
+        self.ensure("auth user add", endpoint, "/v3/auth/user/add", user)
+            .await?;
+        let grant = json!({"user": root, "role": root});
+        self.act("auth grant role", endpoint, "/v3/auth/user/grant", grant)
+            .await?;
+        self.act("auth enable", endpoint, "/v3/auth/enable", json!({}))
+            .await
+    }
+
+    /// A role of the user's name holding the prefix's permission, granted to the user (made
+    /// with its password, or without one for a certificate user).
+    pub(super) async fn grant(&self, endpoint: &str, grant: &PrefixGrant) -> Result<(), Error> {
+        use base64::Engine;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let name = &grant.user;
+        self.ensure(
+            "auth role add",
+            endpoint,
+            "/v3/auth/role/add",
+            json!({"name": name}),
+        )
+        .await?;
+        let perm = json!({
+            "permType": if grant.read_only { "READ" } else { "READWRITE" },
+            "key": b64(grant.prefix.as_bytes()),
+            "range_end": b64(&grant.range_end()),
+        });
+        let body = json!({"name": name, "perm": perm});
+        self.act(
+            "auth grant permission",
+            endpoint,
+            "/v3/auth/role/grant",
+            body,
+        )
+        .await?;
+        match &grant.password {
+            None => {
+                let user = json!({"name": name, "options": {"no_password": true}});
+                self.ensure("auth user add", endpoint, "/v3/auth/user/add", user)
+                    .await?;
+            }
+            Some(password) => {
+                let user = json!({"name": name, "password": password.expose()});
+                match self
+                    .act("auth user add", endpoint, "/v3/auth/user/add", user.clone())
+                    .await
+                {
+                    Err(e) if e.refusal() == Some(Refusal::AlreadyExists) => {
+                        self.act(
+                            "auth change password",
+                            endpoint,
+                            "/v3/auth/user/changepw",
+                            user,
+                        )
+                        .await?
+                    }
+                    r => r?,
+                }
+            }
+        }
+        let body = json!({"user": name, "role": name});
+        self.act("auth grant role", endpoint, "/v3/auth/user/grant", body)
+            .await?;
+        if let Some(password) = &grant.password {
+            self.check_login(endpoint, name, password).await?;
+        }
+        Ok(())
+    }
+}
