@@ -1,6 +1,7 @@
 """Figures from the simulation: how long membership changes take, how much of that is the
 function's own work, how many invocations and calls each change costs, and the binary's cold
-start, peak memory and size; then a backup of a database of at least 256 MiB streamed through
+start, peak memory and size; the same changes under a fault mix beside them (wall time,
+invocations, AWS calls, the longest heartbeat gap of any held hook); then a backup of a database of at least 256 MiB streamed through
 etcd's gateway into S3 (moto), with its throughput and the function's peak memory. Printed, not
 asserted (the backup's memory figure is checked against the 100 MiB budget in the exit code)."""
 
@@ -38,6 +39,16 @@ BY_API: dict[str, dict[str, int]] = {}
 GOALS: list[tuple[str, str, str, bool]] = []
 # The goals (issue 19), per change: the AWS calls of the change.
 CALL_GOALS = {"bootstrap 3": 40, "add one (3->4)": 12, "remove one (4->3)": 8, "replace all 3": 60}
+# The fault mix of the second run (issue 26): a fifth of the function's AWS calls refused, a
+# tenth more applied with their answer lost (sim/faults.py).
+FAULT_MIX = [{"fault": "refuse", "rate": 0.2}, {"fault": "lose", "rate": 0.125}]
+# Goals under the mix: each change within twice its fault-free time; no held hook without a
+# heartbeat for over a third of its timeout.
+FAULT_TIME_FACTOR = 2.0
+GAP_SHARE = 1 / 3
+# Per change: wall seconds, and the longest heartbeat gap as a share of its hook's timeout.
+WALL: dict[str, dict[str, float]] = {"fault-free": {}, "faults": {}}
+GAPS: dict[str, dict[str, tuple[float, float]]] = {"fault-free": {}, "faults": {}}
 # Where `make test` leaves its stages' times (tools/stages.py).
 STAGES = os.path.join(os.environ.get("CACHE", "/var/tmp/etcd-asg-lifecycle"), "last-test-stages.txt")
 
@@ -76,9 +87,22 @@ def change_calls(invs, log) -> int:
     return sum(1 for t, _ in log if any(a - 0.01 <= t <= b + 0.01 for a, b in busy))
 
 
-def phase(sim: Simulation, name: str, action, rows: list):
+def longest_gap(holds: list[dict]) -> tuple[float, float]:
+    """The longest time a held action went without a heartbeat (from its start, between two,
+    to its end), and that hook's timeout."""
+    worst = (0.0, 1.0)
+    for h in holds:
+        times = [h["Started"], *h["Beats"], h["Ended"]]
+        gap = max(b - a for a, b in zip(times, times[1:]))
+        if gap / h["HeartbeatTimeout"] > worst[0] / worst[1]:
+            worst = (gap, float(h["HeartbeatTimeout"]))
+    return worst
+
+
+def phase(sim: Simulation, name: str, action, rows: list, run: str = "fault-free"):
     sim.drain("requests")
     sim.drain("request-log")
+    sim.drain("holds")
     first = len(sim.function.invocations)
     began = time.monotonic()
     action()
@@ -93,6 +117,10 @@ def phase(sim: Simulation, name: str, action, rows: list):
     rows.append((name, f"{took:.1f}", str(len(invs)), str(total["own_ms"]), str(total["etcd_ms"]),
                  str(total["aws_ms"]), str(total["waited_ms"]), str(aws_calls), str(changing),
                  str(total["etcd_calls"])))
+    WALL[run][name] = took
+    GAPS[run][name] = longest_gap(sim.drain("holds"))
+    if run != "fault-free":
+        return
     if name in CALL_GOALS:
         goal(f"AWS calls, {name}", changing, CALL_GOALS[name], "calls")
     BY_API[name] = by_api
@@ -146,11 +174,14 @@ def main(argv=None):
     parser.add_argument("--backup-mib", type=int, default=256, help="database size for the backup figures")
     parser.add_argument("--only-backup", action="store_true", help="skip the membership figures")
     parser.add_argument("--only-membership", action="store_true", help="skip the backup figures")
+    parser.add_argument("--no-faults", action="store_true", help="skip the run under a fault mix")
     args = parser.parse_args(argv)
     binary = args.binary or default_binary()
     rows: list = []
     if not args.only_backup:
         membership_figures(binary, rows)
+        if not args.no_faults:
+            fault_figures(binary)
     if args.only_membership:
         return summary()
     b = backup_figures(binary, args.backup_mib)
@@ -172,12 +203,49 @@ def main(argv=None):
         sys.exit(1)
 
 
+def changes(sim: Simulation, rows: list, run: str):
+    """The membership changes both runs time."""
+    phase(sim, "bootstrap 3", lambda: scenario.bootstrap(sim), rows, run)
+    phase(sim, "add one (3->4)", lambda: (sim.scale(4), sim.wait_converged(4)), rows, run)
+    phase(sim, "remove one (4->3)", lambda: (sim.scale(3), sim.wait_converged(3)), rows, run)
+    phase(sim, "replace all 3", lambda: scenario.replace_all(sim), rows, run)
+
+
+def fault_figures(binary: str):
+    """The same changes with a fifth of the function's AWS calls refused and a tenth more
+    applied with their answer lost, beside the fault-free run."""
+    rows: list = []
+    with Simulation(name="etcd-bench-faults", binary=binary, writer=False, schedule_every=5.0) as sim:
+        sim.faults(FAULT_MIX, seed=26)
+        changes(sim, rows, "faults")
+        done = sim.fault_report()["faults"]
+    refused = sum(n for k, n in done.items() if k.endswith(".refuse"))
+    lost = sum(n for k, n in done.items() if k.endswith(".lose"))
+    head = ("change", "wall s", "fault-free s", "invocations", "AWS calls", "longest heartbeat gap")
+    table = []
+    for row in rows:
+        name = row[0]
+        gap, timeout = GAPS["faults"][name]
+        table.append((name, row[1], f"{WALL['fault-free'].get(name, 0):.1f}", row[2], row[7],
+                      f"{gap:.1f} s of {timeout:.0f} s"))
+    widths = [max(len(r[c]) for r in table + [head]) for c in range(len(head))]
+    fmt = "  ".join(f"{{:>{w}}}" for w in widths)
+    print(f"\nunder faults: {refused} calls refused, {lost} applied with their answer lost (sim/faults.py, seed 26)")
+    print(fmt.format(*head))
+    for r in table:
+        print(fmt.format(*r))
+    for name, took in WALL["faults"].items():
+        free = WALL["fault-free"].get(name)
+        if free:
+            goal(f"faults: time of {name}, times the fault-free", took / free, FAULT_TIME_FACTOR, "x", "{:.2f}")
+    for run in ("fault-free", "faults"):
+        share = max((g / t for g, t in GAPS[run].values()), default=0)
+        goal(f"{run}: longest heartbeat gap, share of its hook's timeout", share, GAP_SHARE, "", "{:.2f}")
+
+
 def membership_figures(binary: str, rows: list):
     with Simulation(name="etcd-bench", binary=binary, writer=False, schedule_every=5.0) as sim:
-        phase(sim, "bootstrap 3", lambda: scenario.bootstrap(sim), rows)
-        phase(sim, "add one (3->4)", lambda: (sim.scale(4), sim.wait_converged(4)), rows)
-        phase(sim, "remove one (4->3)", lambda: (sim.scale(3), sim.wait_converged(3)), rows)
-        phase(sim, "replace all 3", lambda: scenario.replace_all(sim), rows)
+        changes(sim, rows, "fault-free")
         sim.function.kill()  # samples peak memory first
         peak = sim.function.peak_rss_kib
         # The first start shares the machine with etcd and moto starting; the figure is the

@@ -43,6 +43,13 @@ impl Metrics {
     pub fn observed(obs: &Observation, waits: &[Wait]) -> Self {
         let mut m = Self::default();
         m.holds(obs, waits);
+        // Instances EC2 did not describe this time (an impaired zone, new ones it does not know
+        // yet): they went with the address they were published with, or none.
+        m.set(
+            "InstancesUndescribed",
+            obs.undescribed.len() as i64,
+            "Count",
+        );
         if obs.backups_failing.is_some() {
             // Once per invocation: its listing, a snapshot or an upload failed (BackupFailingAlarm).
             m.set("BackupFailed", 1, "Count");

@@ -801,6 +801,67 @@ mod tests {
     }
 
     #[test]
+    fn an_instance_ec2_did_not_describe_gets_the_address_it_was_published_with() {
+        let config = |peer: &str| MemberConfig {
+            name: "i-1".into(),
+            initial_cluster: vec![],
+            state: InitialState::Existing,
+            token: "t".into(),
+            peer_url: peer.into(),
+            client_url: String::new(),
+            auto_compaction_retention: "1h".into(),
+            quota_backend_bytes: 1,
+            restore: None,
+            client_cert_auth: false,
+            metrics_url: None,
+            root_tokens: false,
+        };
+        for (peer, want) in [
+            ("https://10.0.1.13:2380", Some("10.0.1.13")),
+            (
+                "http://ip-10-0-1-13.ec2.internal:2380",
+                Some("ip-10-0-1-13.ec2.internal"),
+            ),
+            ("https://[fd00::7]:2380", Some("fd00::7")),
+            ("https://10.0.1.13", Some("10.0.1.13")),
+            ("10.0.1.13:2380", None),
+            ("https://a,b:2380", None),
+        ] {
+            assert_eq!(config(peer).address().as_deref(), want, "{peer}");
+        }
+        let instance = |id: &str| Instance {
+            id: id.into(),
+            arn: String::new(),
+            state: LifecycleState::InService,
+            address: None,
+            launched_at: 0,
+            healthy: true,
+        };
+        let group = GroupState {
+            instances: vec![instance("i-1"), instance("i-2"), instance("i-3")],
+            desired_capacity: 3,
+            // i-3 EC2 described (it has no address yet): not taken from a config.
+            undescribed: [
+                ("i-1".into(), "Unavailable".into()),
+                ("i-2".into(), "x".into()),
+            ]
+            .into(),
+        };
+        let mut published = PublishedState::default();
+        for id in ["i-1", "i-3"] {
+            let p = Published {
+                config: config("https://10.0.1.13:2380"),
+                published_at: 0,
+            };
+            published.members.insert(id.into(), p);
+        }
+        let g = group.with_published_addresses(&published);
+        let addresses: Vec<Option<&str>> =
+            g.instances.iter().map(|i| i.address.as_deref()).collect();
+        assert_eq!(addresses, [Some("10.0.1.13"), None, None]);
+    }
+
+    #[test]
     fn member_config_parse_names_the_missing_variable() {
         let err = MemberConfig::parse_env("ETCD_NAME=x\n").unwrap_err();
         assert!(err.contains("ETCD_INITIAL_CLUSTER"), "{err}");

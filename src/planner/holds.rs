@@ -100,9 +100,9 @@ pub fn released(obs: &Observation, step: &Step) -> BTreeSet<Held> {
 }
 
 /// A hold is heartbeated again once this share of its hook's timeout has passed since its last
-/// heartbeat: well within the third the goal allows between two of them, with one minute
-/// between scheduled invocations at the template's 300 s.
-pub const BEAT_EVERY: u32 = 6;
+/// heartbeat: with one scheduled invocation a minute and the template's 300 s, no hold goes
+/// longer than 37.5 + 60 s without one, within the third of its timeout the goal allows.
+pub const BEAT_EVERY: u32 = 8;
 
 /// A plan's release of a held action (`released`) stands for this share of its hook's timeout:
 /// each complete plan that makes it again renews it (one a minute, with the schedule), so that

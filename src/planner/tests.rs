@@ -784,6 +784,83 @@ fn held_instances_are_the_ones_waiting_in_a_hook() {
 }
 
 #[test]
+fn what_a_plan_lets_lapse_idle_everything_a_step_nothing_unreachable_all_but_listed_voters() {
+    use crate::planner::released;
+    let g = given(vec![
+        inst(1, InService),
+        inst(2, PendingWait),
+        inst(3, TerminatingWait),
+    ]);
+    let all: std::collections::BTreeSet<_> = held(&g.obs.instances).into_iter().collect();
+    assert_eq!(released(&g.obs, &Step::Idle), all);
+    let step = Step::Complete {
+        instance: i(2),
+        transition: Transition::Launch,
+        result: crate::model::ActionResult::Continue,
+    };
+    assert!(released(&g.obs, &step).is_empty());
+    let waiting = Step::Wait(Wait::NoSeed);
+    assert!(released(&g.obs, &waiting).is_empty());
+    // No quorum, and no answering member lists 3 as a voter: both lapse; listed, 3 is kept.
+    let unreachable = Step::Wait(Wait::ClusterUnreachable {
+        detail: String::new(),
+    });
+    assert_eq!(released(&g.obs, &unreachable), all);
+    let mut listed = g.obs.clone();
+    listed.cluster = ClusterState::Unreachable {
+        detail: String::new(),
+        survivors: vec![survivor(1, 10, &[1, 3])],
+    };
+    assert_eq!(
+        released(&listed, &unreachable),
+        [(i(2), Transition::Launch)].into_iter().collect()
+    );
+}
+
+#[test]
+fn heartbeats_are_due_once_an_eighth_of_the_hook_passed_and_releases_stand_half_of_it() {
+    use crate::planner::due;
+    use std::time::{Duration, Instant};
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    let (launch, leave) = ((i(2), Transition::Launch), (i(3), Transition::Terminate));
+    let held = vec![launch.clone(), leave.clone()];
+    // A 320 s terminate hook (due after 40 s), a 960 s launch hook (after 120 s).
+    let timeout = |t: Transition| match t {
+        Transition::Launch => Duration::from_secs(960),
+        Transition::Terminate => Duration::from_secs(320),
+    };
+    let none = std::collections::BTreeMap::new();
+    let beaten: std::collections::BTreeMap<_, _> =
+        [(launch.clone(), at(0)), (leave.clone(), at(0))].into();
+    let cases = [
+        // (now, released at, due)
+        (at(0), None, vec![]),
+        (at(39), None, vec![]),
+        (at(40), None, vec![leave.clone()]),
+        (at(120), None, vec![launch.clone(), leave.clone()]),
+        // Released 10 s before: not beaten while the release stands (160 s for a 320 s hook)...
+        (at(50), Some(at(40)), vec![]),
+        (at(199), Some(at(40)), vec![launch.clone()]),
+        // ...and beaten again once no plan renewed it (SSM failing since).
+        (at(200), Some(at(40)), vec![launch.clone(), leave.clone()]),
+    ];
+    for (now, released_at, want) in cases {
+        let released: std::collections::BTreeMap<_, _> = released_at
+            .map(|t| [(leave.clone(), t)].into())
+            .unwrap_or_default();
+        assert_eq!(
+            due(&held, &released, &beaten, timeout, now),
+            want,
+            "at {:?}",
+            now - t0
+        );
+    }
+    // Never beaten: due at once.
+    assert_eq!(due(&held, &none, &none, timeout, t0), held);
+}
+
+#[test]
 fn members_are_matched_by_peer_url_before_they_have_a_name() {
     let mut g = given(vec![inst(1, InService), inst(2, PendingWait)])
         .record(1)

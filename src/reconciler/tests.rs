@@ -909,7 +909,7 @@ async fn a_failing_store_costs_the_backup_never_a_held_hooks_heartbeat() {
         .map(|(n, _)| n)
         .collect();
     // Before anything else, and so before the snapshot; none again on the way out, where it
-    // is not due (a sixth of its hook's 300 s has not passed).
+    // is not due (an eighth of its hook's 300 s has not passed).
     assert_eq!(beats.len(), 1, "{calls:#?}");
     assert!(
         beats[0] < failed,

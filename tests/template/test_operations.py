@@ -147,9 +147,9 @@ def test_the_failed_invocations_alarm_notifies_of_each_failure_not_only_the_firs
         breaching = {"GreaterThanThreshold": value > p["Threshold"],
                      "GreaterThanOrEqualToThreshold": value >= p["Threshold"]}[p["ComparisonOperator"]]
         states.append("ALARM" if breaching else "OK")
-    assert p["Statistic"] == "Sum" and p["EvaluationPeriods"] == 1
     transitions = sum(1 for a, b in zip(["OK"] + states, states) if a == "OK" and b == "ALARM")
     assert transitions == 2, (p["MetricName"], states)
+    assert p["Statistic"] == "Sum" and p["EvaluationPeriods"] == 1
     assert p["TreatMissingData"] == "notBreaching", "no message sent in a period: no datapoint, OK"
 
 

@@ -360,7 +360,7 @@ async fn while_ssm_fails_a_held_termination_is_heartbeated_as_often_as_its_hook_
         tokio::time::sleep(Duration::from_millis(250)).await;
         r.handle(&schedule(), far()).await.unwrap_err();
     }
-    // A heartbeat once a sixth of the 1.2 s timeout passed: over 1.5 s, several.
+    // A heartbeat once an eighth of the 1.2 s timeout passed: over 1.5 s, several.
     let n = beats(&world, "heartbeat terminate i-00000003");
     assert!(n >= 4, "{n}: {:#?}", world.calls());
 }
