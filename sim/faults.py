@@ -78,6 +78,13 @@ def client_of(user_agent: str) -> str:
     return "sim"
 
 
+# The S3 operations `s3_operation` names.
+S3_OPERATIONS = {"ListObjectsV2", "ListObjects", "ListMultipartUploads", "GetObject", "GetObjectTagging", "HeadObject",
+                 "HeadBucket", "UploadPart", "PutObjectTagging", "PutObject", "CreateBucket", "CreateMultipartUpload",
+                 "CompleteMultipartUpload", "DeleteObjects", "PostObject", "AbortMultipartUpload", "DeleteObject",
+                 "DeleteBucket"}
+
+
 def s3_operation(method: str, query: dict, path: str) -> str:
     """The S3 operation a REST request is (path-style: ``/bucket/key``)."""
     has_key = path.strip("/").count("/") >= 1

@@ -37,6 +37,9 @@ const MAX_STEPS: usize = 64;
 const LONG_DEFRAG: Duration = Duration::from_secs(5);
 /// The heartbeats on the way out of an invocation end this long before its deadline.
 const EXIT_RESERVE: Duration = Duration::from_millis(250);
+/// Every other call ends this long before the deadline (`DEADLINE_MARGIN_MS` is when no step
+/// starts any more; a call begun before it may run into it, never past this).
+const CALL_RESERVE: Duration = Duration::from_millis(1000);
 /// While a step runs or the invocation pauses, the heartbeats that fall due go out at once:
 /// checked this often.
 const BEAT_CHECK: Duration = Duration::from_secs(1);
@@ -145,10 +148,12 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         let stop_at = deadline
             .checked_sub(self.config.timing.deadline_margin)
             .unwrap_or_else(Instant::now);
-        let mut inv = Invocation::new(trigger, stop_at, budget);
-        // Every call is bounded by `stop_at` already (`Meter`): this ends what is left of the
-        // work between them.
-        let until = tokio::time::Instant::from_std(inv.stop_at + EXIT_RESERVE);
+        let calls_until = deadline
+            .checked_sub(CALL_RESERVE)
+            .unwrap_or_else(Instant::now);
+        let mut inv = Invocation::new(trigger, stop_at, budget, calls_until);
+        // Every call is bounded already (`Meter`): this ends what is left of the work between.
+        let until = tokio::time::Instant::from_std(calls_until.max(Instant::now()));
         let run = AssertUnwindSafe(self.reconcile(&mut inv, hint)).catch_unwind();
         let outcome = match tokio::time::timeout_at(until, run).await {
             Ok(Ok(result)) => result,
@@ -411,7 +416,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         self.hooks.listed(&listed);
         let due = self
             .hooks
-            .keep_alive(&self.lifecycle, &inv.meter, Some(inv.stop_at));
+            .keep_alive(&self.lifecycle, &inv.meter, inv.meter.bound());
         inv.beats_failed.extend(due.await);
         inv.seen.listed = Some(listed);
         // Boxed, as the handler: the SDK's futures nest deep.

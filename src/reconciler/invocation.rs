@@ -269,7 +269,8 @@ pub struct Invocation {
 }
 
 impl Invocation {
-    pub fn new(trigger: String, stop_at: Instant, budget: Duration) -> Self {
+    /// No step starts after `stop_at`; no call outlasts `calls_until`.
+    pub fn new(trigger: String, stop_at: Instant, budget: Duration, calls_until: Instant) -> Self {
         let started = Instant::now();
         let stop_at = stop_at.max(started);
         Self {
@@ -277,7 +278,7 @@ impl Invocation {
             started,
             stop_at,
             patience_until: stop_at.min(started + budget),
-            meter: Meter::until(stop_at),
+            meter: Meter::until(calls_until),
             steps: Vec::new(),
             failures: 0,
             last_wait: None,
@@ -461,7 +462,7 @@ async fn bound<T>(
         Ok(out) => out,
         Err(_) => Err(Error::OutOfTime {
             what,
-            detail: "no answer before the invocation's deadline (less DEADLINE_MARGIN_MS)".into(),
+            detail: "no answer before the invocation's deadline".into(),
         }),
     }
 }
