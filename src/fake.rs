@@ -64,6 +64,7 @@ pub struct World {
     pub token_key: Option<KeyPem>,
     pub tls: BTreeMap<String, crate::pki::KeyPem>,
     pub cert_not_after: BTreeMap<String, Timestamp>,
+    pub issuing: BTreeSet<String>,
     /// The keyspace, as one string: what a snapshot streams and a restore brings back.
     pub data: String,
     pub restore_request: Option<String>,
@@ -577,9 +578,13 @@ impl Secrets for Fake {
         fault(self, "hand-out").await?;
         let mut w = self.world();
         w.calls.push(format!("hand-out {instance}"));
-        // As SSM holds them: the bundle first, then its end, each written whatever is there.
+        // As SSM holds them: the end says issuing, the bundle, then its end, each written
+        // whatever is there.
+        w.issuing.insert(instance.to_string());
+        w.cert_not_after.remove(instance);
         w.tls.insert(instance.to_string(), bundle.clone());
         split(&mut w, "hand-out")?;
+        w.issuing.remove(instance);
         w.cert_not_after.insert(instance.to_string(), not_after);
         Ok(())
     }
@@ -599,6 +604,7 @@ impl PublishedConfig for Fake {
             restore_request: w.restore_request.clone(),
             restore_request_at: w.restore_request_at,
             cert_not_after: w.cert_not_after.clone(),
+            issuing: w.issuing.clone(),
         })
     }
 
@@ -733,6 +739,7 @@ impl PublishedConfig for Fake {
             w.calls.push(format!("take-back {instance}"));
             w.tls.remove(instance);
             w.cert_not_after.remove(instance);
+            w.issuing.remove(instance);
         }
         w.calls.push(format!("unpublish {instance}"));
         w.configs.remove(instance);

@@ -597,6 +597,9 @@ pub struct PublishedState {
     pub down_since: BTreeMap<String, Timestamp>,
     /// When each instance's member certificate ends (TLS=managed), by instance id.
     pub cert_not_after: BTreeMap<String, Timestamp>,
+    /// Instances whose certificate's end says `issuing`: a hand-out began (and may have written
+    /// the bundle) and did not end. Handed out again, or cleaned up with the instance.
+    pub issuing: BTreeSet<String>,
     /// An operator's request to restore (RECOVERY=manual): a backup key, or `latest`.
     pub restore_request: Option<String>,
     /// When the request was last written (SSM's LastModifiedDate): it is for the loss of the
@@ -662,6 +665,7 @@ impl PublishedState {
             } => {
                 if let Some(end) = cert_not_after {
                     self.cert_not_after.insert(instance.clone(), end);
+                    self.issuing.remove(&instance);
                 }
                 let published_at = now;
                 self.members.insert(
@@ -679,6 +683,7 @@ impl PublishedState {
                 self.members.remove(&instance);
                 if key_material {
                     self.cert_not_after.remove(&instance);
+                    self.issuing.remove(&instance);
                 }
             }
             Written::DownSince { instance, since } => {

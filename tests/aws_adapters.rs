@@ -613,6 +613,10 @@ async fn the_ca_and_member_keys_are_kept_as_secure_strings_created_once() {
     // certificate handed out ends.
     let state = store.load().await.unwrap();
     assert!(state.members.is_empty());
+    assert!(
+        state.issuing.is_empty(),
+        "its end written: no longer issuing"
+    );
     assert_eq!(
         state.cert_not_after.get("i-00000001"),
         Some(&issued.not_after)

@@ -19,6 +19,8 @@ pub const INSTANCE_ARN_TAG: &str = "etcd-asg-instance-arn";
 
 /// The decision that a record generation served (see `decide`).
 const SERVED: &str = "served";
+/// A certificate's end while its hand-out is under way (see `hand_out`).
+const ISSUING: &str = "issuing";
 
 pub struct SsmParameters {
     pub ssm: aws_sdk_ssm::Client,
@@ -203,6 +205,8 @@ impl SsmParameters {
                     tracing::warn!(parameter = name, value = %shown(value), "unreadable down-mark")
                 }
             }
+        } else if let Some(instance) = under("certs").filter(|_| value.trim() == ISSUING) {
+            state.issuing.insert(instance.to_string());
         } else if let Some(instance) = under("certs") {
             match value.trim().parse() {
                 Ok(end) => {
@@ -483,11 +487,12 @@ impl ports::Secrets for SsmParameters {
             .await
     }
 
-    /// The bundle first, created tagged (fail closed, as configs); then its end. A bundle found
-    /// already there is from a hand-out that never wrote its end (a crash, a lost answer, the
-    /// SDK's retry of an applied create): no config was published after it, so no instance has
-    /// read it, and it is overwritten (its tag stays: SSM keeps a parameter's tags when it is
-    /// overwritten). The end is overwritten too, so that it is always this bundle's.
+    /// Its end says `issuing` first, then the bundle is written, created tagged (fail closed, as
+    /// configs), then its end: a hand-out cut short anywhere leaves `issuing`, which the planner
+    /// hands out again, or cleans up with the instance (the listing holds plain Strings only:
+    /// the marker is how a bundle without an end is found). A bundle found already there is
+    /// from such a hand-out: no config was published after it, so no instance has read it, and
+    /// it is overwritten (its tag stays: SSM keeps a parameter's tags when it is overwritten).
     async fn hand_out(
         &self,
         instance: &str,
@@ -495,6 +500,8 @@ impl ports::Secrets for SsmParameters {
         bundle: &KeyPem,
         not_after: Timestamp,
     ) -> Result<(), Error> {
+        self.put(self.cert_name(instance), ISSUING.into(), true)
+            .await?;
         let name = self.tls_name(instance);
         let value = bundle.expose().to_string();
         let kind = ParameterType::SecureString;

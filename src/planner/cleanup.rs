@@ -23,7 +23,8 @@ pub fn forget_recovered(ctx: &Context) -> Option<Step> {
 
 /// Rule 7: configs, key material and down-marks of instances that are gone. A bundle with no
 /// config (handed out by an invocation that died before publishing) goes too: its
-/// certificate's end (`certs/`, written before the bundle, deleted with it) names it.
+/// certificate's end (`certs/`: `issuing` from before the bundle is written, then the end; it
+/// is deleted with it) names it.
 pub fn cleanup(ctx: &Context) -> Vec<Step> {
     let obs = ctx.obs;
     let gone = |id: &str| obs.instance(id).is_none_or(|i| !i.state.is_present());
@@ -35,6 +36,7 @@ pub fn cleanup(ctx: &Context) -> Vec<Step> {
             published
                 .cert_not_after
                 .keys()
+                .chain(&published.issuing)
                 .filter(|id| !published.members.contains_key(*id)),
         )
         .filter(|id| gone(id))

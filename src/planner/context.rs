@@ -123,7 +123,8 @@ pub fn unpublish(obs: &Observation, settings: &Settings, instance: &str) -> Step
     Step::Unpublish {
         instance: instance.to_string(),
         key_material: settings.member_cert_secs.is_some()
-            || obs.published.cert_not_after.contains_key(instance),
+            || obs.published.cert_not_after.contains_key(instance)
+            || obs.published.issuing.contains(instance),
     }
 }
 

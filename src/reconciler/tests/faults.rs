@@ -216,6 +216,7 @@ async fn a_hand_out_split_between_its_bundle_and_its_end_is_done_again_whole() {
         let w = world.world();
         assert!(w.tls.contains_key("i-00000001"));
         assert!(!w.cert_not_after.contains_key("i-00000001"));
+        assert!(w.issuing.contains("i-00000001"), "its end says issuing");
         assert!(
             !w.configs.contains_key("i-00000001"),
             "no config before its bundle's end"
@@ -232,6 +233,30 @@ async fn a_hand_out_split_between_its_bundle_and_its_end_is_done_again_whole() {
     assert!(w.configs.contains_key("i-00000001") && w.cert_not_after.contains_key("i-00000001"));
     assert_ne!(w.tls.get("i-00000001").cloned(), first, "handed out again");
     assert_eq!(w.members.len(), 1);
+}
+
+#[tokio::test]
+async fn a_hand_out_split_for_an_instance_that_then_left_leaves_no_bundle_behind() {
+    let world = Fake::default();
+    let mut r = reconciler_with(&world, &[("TLS", "managed")]);
+    r.ca = crate::pki::Ca::generate("etcd", 1000).unwrap().into();
+    world.launch(1);
+    world.launch(2);
+    world.world().faults.split.insert("hand-out");
+    let _ = r.handle(&schedule(), far()).await;
+    world.world().faults.split.clear();
+    assert!(world.world().tls.contains_key("i-00000001"));
+    // The seed's instance goes before anything else is written for it.
+    world.world().instances.retain(|i| i.id != "i-00000001");
+    for _ in 0..8 {
+        let _ = r.handle(&schedule(), far()).await;
+        world.boot();
+        world.world().now += 5;
+    }
+    let w = world.world();
+    assert!(!w.tls.contains_key("i-00000001"), "{:#?}", w.calls);
+    assert!(!w.issuing.contains("i-00000001"));
+    assert!(w.calls.contains(&"take-back i-00000001".to_string()));
 }
 
 #[tokio::test]
