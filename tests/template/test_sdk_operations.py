@@ -22,6 +22,9 @@ AUTHORIZED_AS = {
     "s3:CreateMultipartUpload": "s3:PutObject",
     "s3:UploadPart": "s3:PutObject",
     "s3:CompleteMultipartUpload": "s3:PutObject",
+    # "You must have READ access to the object" (s3:GetObject): HeadObject's own page,
+    # https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadObject.html
+    "s3:HeadObject": "s3:GetObject",
 }
 PARAMETERS = f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/etcd-asg-lifecycle/{STACK}"
 GROUP_ARN = (f"arn:aws:autoscaling:{REGION}:{ACCOUNT}:autoScalingGroup:"
@@ -43,7 +46,7 @@ REQUESTS = {
     "ssm:AddTagsToResource": (f"{PARAMETERS}/tls/i-0123456789abcdef0", {}),
     "s3:ListBucket": (f"arn:aws:s3:::{BUCKET}", {"s3:prefix": f"etcd-asg-lifecycle/{STACK}/"}),
     "s3:PutObject": (OBJECT, {}),
-    "s3:GetObject": (f"{OBJECT}.json", {}),
+    "s3:GetObject": (OBJECT, {}),
     "s3:DeleteObject": (OBJECT, {}),
     "s3:AbortMultipartUpload": (OBJECT, {}),
     "s3:PutObjectTagging": (OBJECT, {}),
