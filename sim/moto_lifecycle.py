@@ -19,12 +19,19 @@ AWS's semantics (shared/reference/aws-lifecycle.md):
   at once through the launch hook, so desired capacity holds. Every call is recorded.
 - ``DescribeLifecycleHooks`` is moto's own (it answers with the hooks stored above).
 
-Not emulated: warm pools, instance refresh, health checks of their own (EC2 status checks, ELB:
-only ``SetInstanceHealth`` marks an instance unhealthy; ``ShouldRespectGracePeriod`` is recorded
-but ignored, and the replacement happens at once, not at the next health check), the instance
-maintenance policy (a replacement always launches while the old instance is held, whatever the
-policy), the global timeout (only the heartbeat timeout), cooldowns, AZ rebalancing, and
-termination policies (scale-in takes the oldest unprotected instances).
+- Availability Zones: each new instance goes to the group's zone with the fewest instances (never
+  an impaired one: its launches fail, the group launches elsewhere); scale-in takes the oldest
+  instance of the zone with the most, as the default termination policy does. AZRebalance (launch
+  before terminate) runs one step on request (``POST /_sim/zones {"rebalance": group}``).
+- Each held action also ends at its global timeout, the lesser of 48 h and 100 heartbeat
+  timeouts, whatever its heartbeats (``/_sim/lapsed`` marks it ``"Global": true``).
+
+Not emulated: warm pools (DescribeWarmPool answers; nothing else of them), instance refresh,
+health checks of their own (EC2 status checks, ELB: only ``SetInstanceHealth`` marks an instance
+unhealthy; ``ShouldRespectGracePeriod`` is recorded but ignored, and the replacement happens at
+once, not at the next health check), the instance maintenance policy (a replacement always
+launches while the old instance is held, whatever the policy), suspended processes beyond what
+``SuspendProcesses`` records and ``ReplaceUnhealthy`` (below), cooldowns.
 
 Extra routes, for the simulation only (EventBridge does not exist here):
   GET /_sim/events      drain the EventBridge events produced so far (JSON list)
@@ -34,7 +41,10 @@ Extra routes, for the simulation only (EventBridge does not exist here):
   GET /_sim/health      drain the SetInstanceHealth calls so far (JSON list of
                         {"InstanceId", "HealthStatus", "ShouldRespectGracePeriod", "sdk", "error"})
   GET /_sim/lapsed      drain the held actions whose heartbeat timeout passed (JSON list of
-                        {"InstanceId", "Hook", "Result"}: the hook's DefaultResult applied)
+                        {"InstanceId", "Hook", "Result", "Global"}: the hook's DefaultResult
+                        applied; Global: at the action's global timeout)
+  POST /_sim/zones      zones whose launches fail, one AZRebalance step, the global timeout's cap
+  GET /_sim/launch-failures drain the launches no zone could take
   GET /_sim/holds       drain the held actions that ended: {"InstanceId", "Hook", "HeartbeatTimeout",
                         "Started", "Beats" (each heartbeat's epoch seconds), "Ended", "Result", "Lapsed"}
   GET/POST /_sim/faults the fault layer in front of all of it (sim/faults.py)
@@ -111,6 +121,13 @@ HEALTH: list[dict] = []
 LAPSED: list[dict] = []
 # Every held action once it ended: when it began, its heartbeats, when and how it ended.
 HOLDS: list[dict] = []
+# Zones whose launches fail (an outage: the group launches elsewhere), set over /_sim/zones.
+ZONES_IMPAIRED: set[str] = set()
+LAUNCH_FAILURES: list[dict] = []
+# Rebalances under way: their new instance, and the zone an instance leaves once it serves.
+REBALANCING: list[dict] = []
+# The most a held action lasts (AWS: 48 h), lowered over /_sim/zones {"global_timeout_cap": s}.
+GLOBAL_TIMEOUT_CAP = [48 * 3600]
 # (group name, instance id) -> pending action
 ACTIONS: dict[tuple[str, str], "Action"] = {}
 
@@ -122,6 +139,10 @@ class Action:
         self.hook = hook
         self.token = str(uuid.uuid4())
         self.deadline = time.monotonic() + hook.heartbeat_timeout
+        # Its global timeout: "the lesser of 48 hours or 100 times the heartbeat timeout",
+        # whatever the heartbeats (GLOBAL_TIMEOUT_CAP lowers the 48 h for a test):
+        # https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_LifecycleHook.html
+        self.global_deadline = time.monotonic() + min(GLOBAL_TIMEOUT_CAP[0], 100 * hook.heartbeat_timeout)
         # For the simulation's record of holds (/_sim/holds): when it began, each heartbeat.
         self.started = time.time()
         self.beats: list[float] = []
@@ -223,12 +244,39 @@ def _conclude(action, result, lapsed=False):
 _original_replace = asg.FakeAutoScalingGroup.replace_autoscaling_group_instances
 
 
+def _zone(state) -> str:
+    """An instance's zone (moto keeps its EC2 placement, whose `zone` it is)."""
+    return getattr(state.availability_zone, "zone", state.availability_zone)
+
+
+def _zone_counts(group):
+    """Active instances per zone of the group, in the group's order of zones."""
+    counts = {z: 0 for z in group.availability_zones}
+    for s in group.active_instances():
+        counts[_zone(s)] = counts.get(_zone(s), 0) + 1
+    return counts
+
+
 def replace_autoscaling_group_instances(self, count_needed, propagated_tags):
-    before = set(id(s) for s in self.instance_states)
-    _original_replace(self, count_needed, propagated_tags)
-    for state in self.instance_states:
-        if id(state) not in before:
-            _hold(self, state, LAUNCHING)
+    """Each new instance in the zone with the fewest, as Auto Scaling balances a group across its
+    zones; never in an impaired zone (its launches fail, the group launches elsewhere)."""
+    zones = self.availability_zones
+    try:
+        for _ in range(count_needed):
+            counts = _zone_counts(self)
+            usable = [z for z in zones if z not in ZONES_IMPAIRED]
+            if not usable:
+                LAUNCH_FAILURES.append({"group": self.name, "why": "every zone impaired"})
+                break
+            zone = min(usable, key=lambda z: (counts.get(z, 0), zones.index(z)))
+            self.availability_zones = [zone]
+            before = set(id(s) for s in self.instance_states)
+            _original_replace(self, 1, propagated_tags)
+            for state in self.instance_states:
+                if id(state) not in before:
+                    _hold(self, state, LAUNCHING)
+    finally:
+        self.availability_zones = zones
 
 
 def active_instances(self):
@@ -242,8 +290,14 @@ def set_desired_capacity(self, new_capacity):
     if delta > 0:
         self.replace_autoscaling_group_instances(delta, self.get_propagated_tags())
     elif delta < 0:
-        leaving = [s for s in active if not s.protected_from_scale_in][: -delta]
-        for state in leaving:
+        # Auto Scaling's default termination policy: from the zone with the most instances,
+        # then the oldest (here: the first launched).
+        for _ in range(-delta):
+            candidates = [s for s in self.active_instances() if not s.protected_from_scale_in]
+            if not candidates:
+                break
+            counts = _zone_counts(self)
+            state = max(candidates, key=lambda s: (counts.get(_zone(s), 0), -candidates.index(s)))
             _begin_termination(self, state)
     if self.name in self.autoscaling_backend.autoscaling_groups:
         self.autoscaling_backend.update_attached_elbs(self.name)
@@ -303,17 +357,36 @@ def _find_action(self):
     raise ValidationError(f"No active Lifecycle Action found with instance ID {instance_id}")
 
 
+REPLACING = ("ReplaceUnhealthy", "Launch", "Terminate")
+
+
+def _replaces(group) -> bool:
+    """Whether the group replaces Unhealthy instances: not while ReplaceUnhealthy, Launch or
+    Terminate is suspended (https://docs.aws.amazon.com/autoscaling/ec2/userguide/as-suspend-resume-processes.html)."""
+    suspended = {p["ProcessName"] for p in group.suspended_processes}
+    return not suspended & set(REPLACING)
+
+
+def _replace_unhealthy(group):
+    """Auto Scaling's health check: every InService instance marked Unhealthy leaves through
+    the terminate hook, and a replacement launches."""
+    if not _replaces(group):
+        return
+    for state in [s for s in group.instance_states if s.health_status == "Unhealthy" and s.lifecycle_state == "InService"]:
+        _begin_termination(group, state)
+        group.set_desired_capacity(group.desired_capacity)  # the replacement
+
+
 def _set_instance_health(backend, instance_id, status):
     """What Auto Scaling does with a health status set from outside: an InService instance marked
-    Unhealthy is replaced (terminated through the terminate hook, and a new one launched)."""
+    Unhealthy is replaced (terminated through the terminate hook, and a new one launched), unless
+    the group's replacement processes are suspended; then once they are resumed."""
     for group in backend.autoscaling_groups.values():
         for state in group.instance_states:
             if state.instance.id != instance_id:
                 continue
             state.health_status = status
-            if status == "Unhealthy" and state.lifecycle_state == "InService":
-                _begin_termination(group, state)
-                group.set_desired_capacity(group.desired_capacity)  # the replacement
+            _replace_unhealthy(group)
             return
     raise ValidationError(f"Instance Id not found - No managed instance found for instance ID: {instance_id}")
 
@@ -498,6 +571,15 @@ class MetricAlarm(CloudFormationModel):
         raise UnformattedGetAttTemplateException()
 
 
+_original_resume = asg.AutoScalingBackend.resume_processes
+
+
+def resume_processes(self, group_name, scaling_processes):
+    """Resumed: Unhealthy instances it kept are replaced now, at the next health check."""
+    _original_resume(self, group_name, scaling_processes)
+    _replace_unhealthy(self.autoscaling_groups[group_name])
+
+
 def install():
     cfn_parsing.get_model_list.cache_clear()  # MetricAlarm among the models
     cfn_parsing.get_model_map.cache_clear()
@@ -511,6 +593,7 @@ def install():
     asg.FakeAutoScalingGroup.active_instances = active_instances
     asg.FakeAutoScalingGroup.set_desired_capacity = set_desired_capacity
     asg.AutoScalingBackend.terminate_instance = terminate_instance
+    asg.AutoScalingBackend.resume_processes = resume_processes
     asg.AutoScalingBackend.create_lifecycle_hook = create_lifecycle_hook
     asg_responses.AutoScalingResponse.complete_lifecycle_action = complete_lifecycle_action
     asg_responses.AutoScalingResponse.set_instance_health = set_instance_health
@@ -523,10 +606,49 @@ def _timeouts(stop: threading.Event):
     while not stop.wait(0.2):
         with LOCK:
             now = time.monotonic()
-            for action in [a for a in ACTIONS.values() if a.deadline <= now]:
+            for action in [a for a in ACTIONS.values() if min(a.deadline, a.global_deadline) <= now]:
+                ended_globally = action.global_deadline <= now
                 LAPSED.append({"InstanceId": action.state.instance.id, "Hook": action.hook.name,
-                               "Result": action.hook.default_result})
+                               "Result": action.hook.default_result, "Global": ended_globally})
                 _conclude(action, action.hook.default_result, lapsed=True)
+            _rebalance_step()
+
+
+def rebalance(group_name):
+    """AZRebalance, launch before terminate: one instance launched in the zone with the fewest
+    (desired capacity one over), and once it is in service, the oldest of the zone with the most
+    terminated (desired back), as Auto Scaling rights an imbalance after a zone's outage
+    (https://docs.aws.amazon.com/autoscaling/ec2/userguide/auto-scaling-benefits.html). Nothing
+    when the zones are within one of each other."""
+    backend = asg.autoscaling_backends[ACCOUNT][REGION]
+    group = backend.autoscaling_groups[group_name]
+    counts = {z: n for z, n in _zone_counts(group).items() if z not in ZONES_IMPAIRED}
+    if not counts or max(counts.values()) - min(counts.values()) <= 1:
+        return None
+    before = {s.instance.id for s in group.instance_states}
+    group.desired_capacity += 1
+    group.replace_autoscaling_group_instances(1, group.get_propagated_tags())
+    new = [s for s in group.instance_states if s.instance.id not in before]
+    if not new:
+        group.desired_capacity -= 1
+        return None
+    largest = max(counts, key=lambda z: counts[z])
+    REBALANCING.append({"group": group, "new": new[0], "zone": largest})
+    return new[0].instance.id
+
+
+def _rebalance_step():
+    """The terminate half of each rebalance whose new instance is in service."""
+    for r in [r for r in REBALANCING if r["new"].lifecycle_state == "InService"]:
+        REBALANCING.remove(r)
+        group = r["group"]
+        old = [s for s in group.active_instances() if _zone(s) == r["zone"] and s is not r["new"]]
+        if old:
+            group.desired_capacity -= 1
+            _begin_termination(group, old[0])
+        else:
+            group.desired_capacity -= 1
+            group.set_desired_capacity(group.desired_capacity)
 
 
 def _count_sdk_request(environ):
@@ -540,12 +662,39 @@ def _count_sdk_request(environ):
 
 
 FEEDS = {"/_sim/events": lambda: EVENTS, "/_sim/terminated": lambda: TERMINATED, "/_sim/health": lambda: HEALTH,
-         "/_sim/lapsed": lambda: LAPSED, "/_sim/request-log": lambda: SDK_LOG, "/_sim/holds": lambda: HOLDS}
+         "/_sim/lapsed": lambda: LAPSED, "/_sim/request-log": lambda: SDK_LOG, "/_sim/holds": lambda: HOLDS,
+         "/_sim/launch-failures": lambda: LAUNCH_FAILURES}
+
+
+def _zones_route(environ, start_response):
+    """POST /_sim/zones: {"impaired": [zone, ...]} (launches there fail), {"rebalance": group}
+    (one AZRebalance step), {"global_timeout_cap": seconds}. Answers the group's zone counts
+    for {"group": name}."""
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    spec = json.loads(environ["wsgi.input"].read(length) or b"{}")
+    out = {}
+    with LOCK:
+        if "impaired" in spec:
+            ZONES_IMPAIRED.clear()
+            ZONES_IMPAIRED.update(spec["impaired"])
+        if "global_timeout_cap" in spec:
+            GLOBAL_TIMEOUT_CAP[0] = float(spec["global_timeout_cap"])
+        if "rebalance" in spec:
+            out["launched"] = rebalance(spec["rebalance"])
+        name = spec.get("group") or spec.get("rebalance")
+        if name:
+            group = asg.autoscaling_backends[ACCOUNT][REGION].autoscaling_groups[name]
+            out["zones"] = _zone_counts(group)
+        out["impaired"] = sorted(ZONES_IMPAIRED)
+    start_response("200 OK", [("Content-Type", "application/json")])
+    return [json.dumps(out).encode()]
 
 
 def serve(inner, environ, start_response):
     """moto (or a feed of the simulation's), one request at a time under the lock."""
     path = environ.get("PATH_INFO", "")
+    if path == "/_sim/zones":
+        return _zones_route(environ, start_response)
     if path in FEEDS or path == "/_sim/requests":
         with LOCK:
             if path == "/_sim/requests":

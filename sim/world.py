@@ -233,7 +233,7 @@ class Simulation:
                  writer: bool = True, verbose: bool = False, crash_once_after: str | None = None,
                  hooks: tuple[str, str] = ("etcd-launch", "etcd-terminate"), etcd_bin: str | None = None,
                  backups: bool = False, tls: bool | None = None, hook_timeout: int = 120,
-                 deployment: Deployment | None = None, warm_aws: bool = False):
+                 deployment: Deployment | None = None, warm_aws: bool = False, zones: int = 3):
         self.deployment = deployment
         # Instances' `aws` through one warm CLI process (sim/warm_aws.py) instead of a fresh
         # Python each call: the same CLI, at a quarter of the CPU. Off: the plain CLI on PATH.
@@ -255,6 +255,8 @@ class Simulation:
         self.etcd_bin = etcd_bin or etcd.binary()
         self.hooks = deployment.hooks if deployment else hooks
         self.hook_timeout = hook_timeout  # the hooks' HeartbeatTimeout, seconds
+        # The group's Availability Zones, which the emulator balances its instances across.
+        self.zones = [f"us-east-1{c}" for c in "abcdef"[:zones]]
         self.chaos = chaos or Chaos()
         self.schedule_every = schedule_every
         self.binary = binary or default_binary()
@@ -283,6 +285,7 @@ class Simulation:
         self.stop_flag = threading.Event()
         self.moto = None
         self._cut_tables: set[str] = set()  # nftables tables of cut_off(), removed at close
+        self._impaired: list[str] = []  # instances of lost zones (the fault layer's impaired set)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -446,6 +449,48 @@ class Simulation:
         with urllib.request.urlopen(f"{self.endpoint}/_sim/{feed}", timeout=5) as r:
             return json.loads(r.read())
 
+    def zone_of(self) -> dict[str, str]:
+        """Each of the group's instances' Availability Zone."""
+        return {i["InstanceId"]: i["AvailabilityZone"] for i in self.group_instances()}
+
+    def _zones(self, spec: dict) -> dict:
+        req = urllib.request.Request(f"{self.endpoint}/_sim/zones", data=json.dumps(spec).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return json.loads(r.read())
+
+    def lose_zone(self, zone: str) -> list[str]:
+        """A zone's outage: every instance there gone at once (its etcd killed; Auto Scaling
+        still lists it, as it does until its health check fails), EC2 failing every
+        DescribeInstances that names one of them, the group's launches there failing (it
+        launches elsewhere). The instances it took."""
+        lost = [iid for iid, z in self.zone_of().items() if z == zone]
+        impaired = set(self._zones({})["impaired"]) | {zone}
+        self._zones({"impaired": sorted(impaired)})
+        self.faults(impaired=sorted(set(self._impaired) | set(lost)))
+        self._impaired = sorted(set(self._impaired) | set(lost))
+        for iid in lost:
+            self.kill_instance(iid)
+        return lost
+
+    def restore_zone(self, zone: str):
+        """The zone back: launches there succeed again (its lost instances stay lost)."""
+        impaired = set(self._zones({})["impaired"]) - {zone}
+        self._zones({"impaired": sorted(impaired)})
+
+    def rebalance(self) -> str | None:
+        """One AZRebalance step, launch before terminate (the emulator's `rebalance`): the
+        instance it launched, or None when the zones are balanced."""
+        return self._zones({"rebalance": self.group})["launched"]
+
+    def zone_counts(self) -> dict[str, int]:
+        return self._zones({"group": self.group})["zones"]
+
+    def global_timeout_cap(self, seconds: float):
+        """Lowers the most a held lifecycle action lasts (AWS: 48 h) for the actions held from
+        now on."""
+        self._zones({"global_timeout_cap": seconds})
+
     def faults(self, rules: list[dict] | None = None, **settings):
         """Sets the fault layer between the function (and the CLI) and the emulator
         (sim/faults.py): its `rules`, which replace the ones before, and any of `seed`,
@@ -471,7 +516,7 @@ class Simulation:
             "ImageId": "ami-12c6146b", "InstanceType": "t3.small"})
         self.asg.create_auto_scaling_group(
             AutoScalingGroupName=name, LaunchTemplate={"LaunchTemplateName": lt},
-            MinSize=0, MaxSize=20, DesiredCapacity=0, AvailabilityZones=["us-east-1a"])
+            MinSize=0, MaxSize=20, DesiredCapacity=0, AvailabilityZones=self.zones)
         self.asg.put_lifecycle_hook(AutoScalingGroupName=name, LifecycleHookName=self.hooks[0],
                                     LifecycleTransition="autoscaling:EC2_INSTANCE_LAUNCHING",
                                     HeartbeatTimeout=self.hook_timeout, DefaultResult="ABANDON")

@@ -88,6 +88,10 @@ impl<G: Group> Group for DryRun<G> {
         self.inner.locate(group).await
     }
 
+    async fn has_warm_pool(&self) -> Result<bool, Error> {
+        self.inner.has_warm_pool().await
+    }
+
     async fn set_unhealthy(&self, instance: &str) -> Result<(), Error> {
         self.refuse(format!("SetInstanceHealth {instance} Unhealthy"));
         Ok(())

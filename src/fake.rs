@@ -83,6 +83,11 @@ pub struct World {
     pub snapshot_stalls: bool,
     /// Incomplete backups in the bucket: the halves a store or a prune left.
     pub incomplete: BTreeMap<String, Backup>,
+    /// The group has a warm pool.
+    pub warm_pool: bool,
+    /// The group's Availability Zones and suspended processes.
+    pub zones: Vec<String>,
+    pub suspended: BTreeSet<String>,
     /// AWS as it fails (`Faults`).
     pub faults: Faults,
 }
@@ -307,6 +312,7 @@ impl Fake {
             address: Some(format!("10.0.0.{n}")),
             launched_at,
             healthy: true,
+            zone: None,
         });
         id
     }
@@ -421,6 +427,8 @@ impl Group for Fake {
             instances: w.instances.clone(),
             desired_capacity,
             undescribed: Default::default(),
+            zones: w.zones.clone(),
+            suspended: w.suspended.clone(),
         })
     }
 
@@ -438,6 +446,10 @@ impl Group for Fake {
             }
         }
         group
+    }
+
+    async fn has_warm_pool(&self) -> Result<bool, Error> {
+        Ok(self.world().warm_pool)
     }
 
     async fn set_unhealthy(&self, instance: &str) -> Result<(), Error> {

@@ -50,6 +50,20 @@ impl Metrics {
             obs.undescribed.len() as i64,
             "Count",
         );
+        // The group's zones, and what one zone's loss would leave (ZoneRiskAlarm).
+        m.set("Zones", obs.zones.len() as i64, "Count");
+        if let Some(loss) = crate::planner::zones::worst_zone_loss(obs) {
+            m.set("ZoneLossQuorumMargin", loss.margin(), "Count");
+        }
+        let risk = crate::planner::zones::zone_risk(obs).is_some();
+        m.set("ZoneRisk", i64::from(risk), "Count");
+        // Members due to be replaced that the group will not replace, its processes suspended
+        // (ReplacementSuspendedAlarm).
+        let suspended = waits
+            .iter()
+            .filter(|w| matches!(w, Wait::ReplacementSuspended { .. }))
+            .count();
+        m.set("ReplacementsSuspended", suspended as i64, "Count");
         if obs.backups_failing.is_some() {
             // Once per invocation: its listing, a snapshot or an upload failed (BackupFailingAlarm).
             m.set("BackupFailed", 1, "Count");
@@ -218,6 +232,7 @@ mod tests {
                 address: None,
                 launched_at: 940,
                 healthy: true,
+                zone: None,
             }],
             cluster: ClusterState::Known(ClusterView {
                 cluster_id: 1,
@@ -243,6 +258,8 @@ mod tests {
             backups: vec![],
             incomplete_backups: vec![],
             undescribed: Default::default(),
+            zones: vec![],
+            suspended: Default::default(),
             backups_failing: None,
             now: 1000,
         };

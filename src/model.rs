@@ -120,6 +120,12 @@ pub struct GroupState {
     /// (`with_published_addresses` gives them the one they were published with) and no launch
     /// time (0).
     pub undescribed: BTreeMap<String, String>,
+    /// The group's Availability Zones, which it balances its instances across.
+    pub zones: Vec<String>,
+    /// The group's suspended processes (`ReplaceUnhealthy`, `Launch`, `Terminate`,
+    /// `AZRebalance`, …): while one of the first three is, an instance marked Unhealthy is not
+    /// replaced.
+    pub suspended: BTreeSet<String>,
 }
 
 impl GroupState {
@@ -154,6 +160,8 @@ pub struct Instance {
     /// Auto Scaling's health status: false once marked `Unhealthy` (by EC2's checks, the load
     /// balancer's, or this function), until the group replaces it.
     pub healthy: bool,
+    /// Its Availability Zone, as Auto Scaling lists it.
+    pub zone: Option<String>,
 }
 
 /// One etcd member, as the members API lists it.
@@ -710,6 +718,9 @@ pub struct Observation {
     pub desired_capacity: u32,
     /// Instances EC2 did not describe this time, and why (see `GroupState`).
     pub undescribed: BTreeMap<String, String>,
+    /// The group's Availability Zones and suspended processes (see `GroupState`).
+    pub zones: Vec<String>,
+    pub suspended: BTreeSet<String>,
     pub cluster: ClusterState,
     pub published: PublishedState,
     /// Complete backups, oldest first; empty when backups are off.
@@ -726,6 +737,17 @@ pub struct Observation {
 impl Observation {
     pub fn instance(&self, id: &str) -> Option<&Instance> {
         self.instances.iter().find(|i| i.id == id)
+    }
+
+    /// The group's processes, suspended, that keep an instance marked Unhealthy from being
+    /// replaced: ReplaceUnhealthy (the replacement itself), Launch (no new instance),
+    /// Terminate (the old one stays)
+    /// (<https://docs.aws.amazon.com/autoscaling/ec2/userguide/as-suspend-resume-processes.html>).
+    pub fn replacement_suspended(&self) -> Vec<&str> {
+        ["ReplaceUnhealthy", "Launch", "Terminate"]
+            .into_iter()
+            .filter(|p| self.suspended.contains(*p))
+            .collect()
     }
 }
 
@@ -841,6 +863,7 @@ mod tests {
             address: None,
             launched_at: 0,
             healthy: true,
+            zone: None,
         };
         let group = GroupState {
             instances: vec![instance("i-1"), instance("i-2"), instance("i-3")],
@@ -851,6 +874,7 @@ mod tests {
                 ("i-2".into(), "x".into()),
             ]
             .into(),
+            ..GroupState::default()
         };
         let mut published = PublishedState::default();
         for id in ["i-1", "i-3"] {

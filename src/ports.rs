@@ -24,6 +24,8 @@ pub trait Group: Send + Sync {
     fn describe(&self) -> impl Future<Output = Result<GroupState, Error>> + Send {
         async { Ok(self.locate(self.list().await?).await) }
     }
+    /// Whether the group has a warm pool (DescribeWarmPool).
+    fn has_warm_pool(&self) -> impl Future<Output = Result<bool, Error>> + Send;
     /// Mark the instance Unhealthy so the group replaces it (through the terminate hook).
     fn set_unhealthy(&self, instance: &str) -> impl Future<Output = Result<(), Error>> + Send;
 }

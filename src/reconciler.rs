@@ -20,12 +20,9 @@ use tracing::{info, warn, Instrument};
 use crate::config::Config;
 use crate::error::{Class, Error};
 use crate::event::{self, Expected, Trigger};
-use crate::metrics::Metrics;
-use crate::model::{ActionResult, Observation, Timestamp, Transition};
+use crate::model::{Observation, Timestamp, Transition};
 use crate::planner::{self, Plan, Step, Wait};
-use crate::ports::{
-    Backups, Completion, Group, Lifecycle, Members, NoBackups, PublishedConfig, Secrets,
-};
+use crate::ports::{Backups, Group, Lifecycle, Members, NoBackups, PublishedConfig, Secrets};
 
 pub use heartbeats::Keeper;
 pub use invocation::{HeldTermination, Response, Stats};
@@ -117,15 +114,11 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             Ok(Trigger::Lifecycle {
                 transition,
                 instance,
-                warm_pool: true,
-                ..
-            }) => self.warm_pool(transition, &instance, deadline).await,
-            Ok(Trigger::Lifecycle {
-                transition,
-                instance,
+                warm_pool,
                 ..
             }) => {
-                let trigger = format!("{transition} {instance}");
+                let pool = if warm_pool { " (warm pool)" } else { "" };
+                let trigger = format!("{transition} {instance}{pool}");
                 Box::pin(self.invocation(trigger, Some(&instance), deadline)).await
             }
         }
@@ -192,42 +185,6 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         }
     }
 
-    /// Instances going into a warm pool, or dying out of one, never become members: let them
-    /// through. Only while the group does not list them: one it lists is reconciled as usual.
-    async fn warm_pool(
-        &self,
-        transition: Transition,
-        instance: &str,
-        deadline: Instant,
-    ) -> Result<Response, Error> {
-        let started = Instant::now();
-        let meter = Meter::until(deadline);
-        let group = meter.aws(self.group.list()).await?;
-        if group.instances.iter().any(|i| i.id == instance) {
-            let trigger = format!("{transition} {instance}");
-            return Box::pin(self.invocation(trigger, Some(instance), deadline)).await;
-        }
-        let result = ActionResult::Continue;
-        let c = meter
-            .aws(self.lifecycle.complete(instance, transition, result))
-            .await?;
-        let outcome = match c {
-            Completion::Done => "completed",
-            Completion::NotPending => "already-completed",
-        };
-        info!(%instance, %transition, outcome, "warm-pool lifecycle action completed: not a member");
-        Ok(Response::Reconciled {
-            trigger: format!("{transition} {instance} (warm pool)"),
-            steps: vec![format!(
-                "complete-lifecycle-action {instance} CONTINUE: {outcome}"
-            )],
-            waiting: None,
-            held_for_quorum: vec![],
-            stats: meter.stats(started.elapsed()),
-            metrics: Metrics::default(),
-        })
-    }
-
     /// What an environment needs AWS for before its first observation, done by its first
     /// invocation rather than at cold start (which then makes no call at all): the group's hooks
     /// exist, and with TLS=managed the cluster's CA and token key are read (or created) and the
@@ -237,6 +194,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         self.prepared
             .get_or_try_init(|| async {
                 self.check_hooks().await?;
+                self.refuse_warm_pool().await?;
                 self.identify().await
             })
             .await
@@ -258,6 +216,23 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             }
         };
         self.members.identify(ca)
+    }
+
+    /// Warm pools are not supported: Auto Scaling stops an instance as soon as it launches into
+    /// the pool, without waiting for its user data, and cloud-init runs user data only at the
+    /// first boot; the launch hook pauses it twice, and with ReuseOnScaleIn a member's instance
+    /// goes back into the pool with its data
+    /// (<https://docs.aws.amazon.com/autoscaling/ec2/userguide/warm-pool-instance-lifecycle.html>).
+    /// A group that has one fails every invocation (`Fatal.Config`) until the pool is deleted.
+    pub async fn refuse_warm_pool(&self) -> Result<(), Error> {
+        if !self.group.has_warm_pool().await? {
+            return Ok(());
+        }
+        Err(Error::Config {
+            var: "ASG_NAME".into(),
+            value: self.config.group_name.clone(),
+            reason: "has a warm pool, which etcd-asg-lifecycle does not support (a warm instance is stopped before its boot script runs, and one reused on scale-in keeps a removed member's data): delete it (aws autoscaling delete-warm-pool --auto-scaling-group-name <group> --force-delete)".into(),
+        })
     }
 
     /// Both hooks must exist on the group, or no instance would ever be held for us (and every
@@ -366,6 +341,8 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             instances: group.instances,
             desired_capacity: group.desired_capacity,
             undescribed: group.undescribed,
+            zones: group.zones,
+            suspended: group.suspended,
             cluster,
             published,
             backups: listing.complete,

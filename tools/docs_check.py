@@ -8,6 +8,9 @@
   template.yaml in docs/deploy.md, every metric the function reports (src/metrics.rs,
   src/reconciler/) in docs/operating.md or docs/backups.md. (Every variable of the function is
   in docs/configuration.md's table: a unit test of src/config/ checks it, defaults included.)
+- docs/deploy.md's one list of endpoints (its table under "### The endpoints") is what the code
+  calls: the function's and the CLI's SDK clients (src/adapters/), the boot script's AWS CLI
+  commands (boot/etcd-boot.sh), and Session Manager's when the template attaches its policy.
 - The README stays short: at most MAX_README lines.
 
 Run: python3 tools/docs_check.py
@@ -94,6 +97,32 @@ def metrics() -> set[str]:
     return names
 
 
+def endpoints_called() -> dict[str, set[str]]:
+    """The AWS services each side calls, as the code has it: {service: {"function", "instances"}}."""
+    out: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "src" / "adapters").rglob("*.rs")):
+        for svc in re.findall(r"aws_sdk_([a-z0-9]+)::Client", path.read_text()):
+            out.setdefault(svc, set()).add("function")
+    boot = (ROOT / "boot" / "etcd-boot.sh").read_text()
+    for svc in re.findall(r"\baws ([a-z0-9]+) [a-z]", boot):
+        out.setdefault(svc, set()).add("instances")
+    if "AmazonSSMManagedInstanceCore" in (ROOT / "template.yaml").read_text():
+        # Session Manager's agent: https://docs.aws.amazon.com/systems-manager/latest/userguide/setup-create-vpc.html
+        for svc in ("ssm", "ssmmessages", "ec2messages"):
+            out.setdefault(svc, set()).add("instances")
+    return out
+
+
+def endpoints_listed(deploy: str) -> dict[str, set[str]]:
+    """The table under "### The endpoints": `com.amazonaws.<region>.<service>` | who."""
+    section = deploy[deploy.index("### The endpoints"):]
+    section = section[: section.find("\n#", 1) if "\n#" in section[1:] else len(section)]
+    out: dict[str, set[str]] = {}
+    for svc, who in re.findall(r"^\| `com\.amazonaws\.<region>\.([a-z0-9]+)` \| ([^|]+)\|", section, re.M):
+        out[svc] = {w for w in ("function", "instances") if w in who}
+    return out
+
+
 def main() -> int:
     readme = ROOT / "README.md"
     docs = sorted((ROOT / "docs").glob("*.md"))
@@ -105,6 +134,11 @@ def main() -> int:
     deploy = (ROOT / "docs" / "deploy.md").read_text()
     failures += [f"docs/deploy.md lacks the template parameter `{p}`" for p in template_parameters()
                  if f"`{p}`" not in deploy]
+    if "### The endpoints" not in deploy:
+        failures.append("docs/deploy.md lacks its list of endpoints (### The endpoints)")
+    elif endpoints_listed(deploy) != endpoints_called():
+        failures.append(f"docs/deploy.md's endpoints {endpoints_listed(deploy)} are not what the code calls "
+                        f"{endpoints_called()}")
     operating = (ROOT / "docs" / "operating.md").read_text() + (ROOT / "docs" / "backups.md").read_text()
     failures += [f"docs/operating.md lacks the metric `{m}`" for m in sorted(metrics())
                  if f"`{m}" not in operating]

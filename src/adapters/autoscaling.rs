@@ -182,13 +182,22 @@ impl Group for AutoScalingGroup {
                     launched_at: 0,
                     // "Healthy" or "Unhealthy"; anything else is not a mark against it.
                     healthy: i.health_status() != Some("Unhealthy"),
+                    zone: i.availability_zone().map(str::to_string),
                 })
             })
+            .collect();
+        let zones = group.availability_zones().to_vec();
+        let suspended = group
+            .suspended_processes()
+            .iter()
+            .filter_map(|p| p.process_name().map(str::to_string))
             .collect();
         Ok(GroupState {
             instances,
             desired_capacity,
             undescribed: Default::default(),
+            zones,
+            suspended,
         })
     }
 
@@ -228,6 +237,17 @@ impl Group for AutoScalingGroup {
         *self.known.lock().unwrap() = known;
         group.undescribed = failed;
         group
+    }
+
+    async fn has_warm_pool(&self) -> Result<bool, Error> {
+        let out = self
+            .autoscaling
+            .describe_warm_pool()
+            .auto_scaling_group_name(&self.group)
+            .send()
+            .await
+            .map_err(|e| aws("DescribeWarmPool")(e.into()))?;
+        Ok(out.warm_pool_configuration().is_some())
     }
 
     async fn set_unhealthy(&self, instance: &str) -> Result<(), Error> {

@@ -16,6 +16,8 @@ use crate::ports::PrefixGrant;
 pub struct Row {
     pub instance: String,
     pub lifecycle: String,
+    /// Its Availability Zone (`-`: none known).
+    pub zone: String,
     pub address: String,
     pub member: String,
     pub role: String,
@@ -53,6 +55,7 @@ fn member_row(member: Option<(&ClusterView, &Member)>) -> Row {
         return Row {
             instance: String::new(),
             lifecycle: "-".into(),
+            zone: "-".into(),
             address: String::new(),
             member: "-".into(),
             role: "-".into(),
@@ -102,6 +105,7 @@ pub fn rows(obs: &Observation, peer_url: impl Fn(&str) -> String) -> Vec<Row> {
             Row {
                 instance: i.id.clone(),
                 lifecycle,
+                zone: i.zone.clone().unwrap_or_else(|| "-".into()),
                 address,
                 config_published: obs.published.members.contains_key(&i.id),
                 ..member_row(m)
@@ -142,6 +146,7 @@ pub fn status_text(obs: &Observation, plan: &Plan, rows: &[Row]) -> String {
     table.load_style(UTF8_FULL_CONDENSED).set_header(vec![
         "instance",
         "lifecycle",
+        "zone",
         "address",
         "member",
         "role",
@@ -155,6 +160,7 @@ pub fn status_text(obs: &Observation, plan: &Plan, rows: &[Row]) -> String {
         table.add_row(vec![
             r.instance.clone(),
             r.lifecycle.clone(),
+            r.zone.clone(),
             r.address.clone(),
             r.member.clone(),
             r.role.clone(),
@@ -169,7 +175,7 @@ pub fn status_text(obs: &Observation, plan: &Plan, rows: &[Row]) -> String {
             (if r.config_published { "published" } else { "-" }).into(),
         ]);
     }
-    let mut out = format!("{table}\n{}", state_lines(obs));
+    let mut out = format!("{table}\n{}{}", state_lines(obs), zone_line(obs));
     out += &format!("next: {}\n", plan.step.why());
     for w in plan
         .waits
@@ -179,6 +185,29 @@ pub fn status_text(obs: &Observation, plan: &Plan, rows: &[Row]) -> String {
         out += &format!("also waiting: {}\n", w.why());
     }
     out
+}
+
+/// The voters by zone and what one zone's loss would leave.
+fn zone_line(obs: &Observation) -> String {
+    let Some(loss) = crate::planner::zones::worst_zone_loss(obs) else {
+        return format!("zones: {}\n", obs.zones.join(", "));
+    };
+    let by_zone: Vec<String> = loss
+        .voters
+        .iter()
+        .map(|(z, n)| format!("{z} {n}"))
+        .collect();
+    let verdict = match crate::planner::zones::zone_risk(obs) {
+        Some(risk) => format!("AT RISK: {risk}"),
+        None => format!(
+            "losing {} leaves {} of a quorum of {}",
+            loss.zone, loss.left, loss.quorum
+        ),
+    };
+    format!(
+        "zones: answering voters {}; {verdict}\n",
+        by_zone.join(", ")
+    )
 }
 
 /// The cluster record, the alarms or who still answers: the lines under `status`'s table.
@@ -512,6 +541,7 @@ mod tests {
                 address: Some("10.0.0.1".into()),
                 launched_at: 1,
                 healthy: true,
+                zone: None,
             }],
             cluster: ClusterState::Known(ClusterView {
                 cluster_id: 1,
@@ -538,6 +568,8 @@ mod tests {
             backups: vec![],
             incomplete_backups: vec![],
             undescribed: Default::default(),
+            zones: vec![],
+            suspended: Default::default(),
             backups_failing: None,
             now: 10,
         };

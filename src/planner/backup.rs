@@ -508,6 +508,8 @@ mod tests {
             ],
             incomplete_backups: vec![],
             undescribed: Default::default(),
+            zones: vec![],
+            suspended: Default::default(),
             backups_failing: None,
             now,
         };
@@ -586,6 +588,8 @@ mod tests {
             backups: vec![backup(10, 1), backup(20, 2)],
             incomplete_backups: vec![],
             undescribed: Default::default(),
+            zones: vec![],
+            suspended: Default::default(),
             backups_failing: None,
             now: 100,
         };

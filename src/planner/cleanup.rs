@@ -4,17 +4,21 @@ use super::context::{unpublish, Context};
 use super::step::Step;
 
 /// A down-mark of a member that answers again (or has no member any more) goes at once, before
-/// any other rule: a mark left behind would count a later blip from the first one.
+/// any other rule: a mark left behind would count a later blip from the first one. An instance
+/// marked Unhealthy keeps its mark while the group still lists it: it tells how long ago it was
+/// marked (`leaving::being_replaced`).
 pub fn forget_recovered(ctx: &Context) -> Option<Step> {
     ctx.obs
         .published
         .down_since
         .keys()
         .find(|id| {
-            ctx.obs.instance(id).is_some_and(|i| {
-                ctx.member_of(i)
-                    .is_none_or(|m| ctx.healthy(m) && m.is_started())
-            })
+            ctx.obs
+                .instance(id)
+                .is_some_and(|i| match ctx.member_of(i) {
+                    None => i.healthy,
+                    Some(m) => ctx.healthy(m) && m.is_started(),
+                })
         })
         .map(|id| Step::ForgetDown {
             instance: id.clone(),

@@ -174,18 +174,53 @@ fn transferee(ctx: &Context, from: MemberId) -> Option<MemberId> {
 /// Rule 6: voters whose etcd is down while their instance is in service; then instances of an
 /// old generation, then certificates near their end, each only while nothing else changes.
 pub fn replacements(ctx: &Context) -> Vec<Step> {
-    // A learner joining, or an instance the group is already replacing. (A held termination
-    // is not: the replacement of a dead member is what unblocks it.)
-    let change_under_way =
-        ctx.view.learners().next().is_some() || ctx.obs.instances.iter().any(|i| !i.healthy);
+    // A learner joining, or an instance the group is replacing. (A held termination is not: the
+    // replacement of a dead member is what unblocks it.)
+    let change_under_way = ctx.view.learners().next().is_some()
+        || ctx.obs.instances.iter().any(|i| being_replaced(ctx, i));
     let mut out = down(ctx, change_under_way);
     out.extend(old_generation(ctx, change_under_way || !out.is_empty()));
     let busy = change_under_way
         || !out.is_empty()
         || ctx.obs.instances.iter().any(|i| i.state.is_launching());
     out.extend(expiring(ctx, busy));
+    // While the group will not replace, nothing is marked: each would-be replacement waits.
+    let suspended = ctx.obs.replacement_suspended();
+    if !suspended.is_empty() {
+        for step in &mut out {
+            if let Step::Replace { instance, .. } = step {
+                *step = Step::Wait(Wait::ReplacementSuspended {
+                    instance: instance.clone(),
+                    processes: suspended.iter().map(|p| p.to_string()).collect(),
+                });
+            }
+        }
+    }
     out.sort_by_key(|s| matches!(s, Step::Wait(_)));
     out
+}
+
+/// How long an instance marked Unhealthy may stay in service before it is no longer taken for
+/// a replacement under way: the group replaces one within minutes (its health check runs every
+/// few seconds), unless it cannot (no capacity of the type in a zone, a launch that fails).
+pub const STUCK_SECS: i64 = 900;
+
+/// Whether the group is replacing `i`: marked Unhealthy, and the group may replace it (its
+/// replacement processes are not suspended), and not marked long ago with nothing happening
+/// (its mark is the function's: `STUCK_SECS` after its etcd was due to be replaced). One
+/// marked by someone else, never seen down, counts until it leaves.
+fn being_replaced(ctx: &Context, i: &crate::model::Instance) -> bool {
+    if i.healthy || !ctx.obs.replacement_suspended().is_empty() {
+        return false;
+    }
+    let marked_at = ctx
+        .obs
+        .published
+        .down_since
+        .get(&i.id)
+        .map(|since| since + ctx.settings.unhealthy_replace_secs);
+    !(i.state == LifecycleState::InService
+        && marked_at.is_some_and(|at| ctx.obs.now - at > STUCK_SECS))
 }
 
 /// Started voters that do not answer, on in-service instances: noted, waited for, replaced.
@@ -275,6 +310,18 @@ fn old_generation(ctx: &Context, busy: bool) -> Option<Step> {
 /// group's desired capacity says one is coming even before it is listed (a health replacement
 /// that terminates first), so the replacement joins first whatever order the group takes;
 /// without rotation its certificate would end and the cluster stop.
+/// How much earlier than a third of its life `instance`'s certificate is renewed: from 0 to a
+/// sixth of it, fixed by the instance id. Members whose certificates end together (the first
+/// members, issued together) are renewed apart, so that their new ends lie up to a sixth of a
+/// life apart and a rotation held up for long never finds them all ending at once.
+pub fn spread(instance: &str, life: i64) -> i64 {
+    // FNV-1a: the same for an id whatever the build.
+    let hash = instance.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    (life / 6) * (hash % 1000) as i64 / 1000
+}
+
 fn expiring(ctx: &Context, busy: bool) -> Option<Step> {
     let life = ctx.settings.member_cert_secs?;
     let single = ctx.view.voters().count() == 1;
@@ -291,7 +338,8 @@ fn expiring(ctx: &Context, busy: bool) -> Option<Step> {
                 return None;
             }
             let &not_after = ctx.obs.published.cert_not_after.get(&i.id)?;
-            (not_after - ctx.obs.now < life / 3).then_some((not_after, i.id.clone()))
+            let due = not_after - ctx.obs.now < life / 3 + spread(&i.id, life);
+            due.then_some((not_after, i.id.clone()))
         })
         .min()
         .map(|(not_after, instance)| Step::Replace {

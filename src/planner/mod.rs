@@ -42,6 +42,7 @@ mod leaving;
 pub mod maintenance;
 mod record;
 mod step;
+pub mod zones;
 
 pub use holds::{
     due, held, held_while_unreachable, holds, released, Held, Hold, BEAT_EVERY, RELEASE_FOR,

@@ -234,6 +234,13 @@ pub enum Wait {
         member: MemberId,
         down_secs: i64,
     },
+    /// An instance that would be replaced (its member down long enough, its certificate near its
+    /// end, an old generation's) while the group will not replace it: `processes` are
+    /// suspended. The function marks nothing until they are resumed.
+    ReplacementSuspended {
+        instance: String,
+        processes: Vec<String>,
+    },
     /// A voter the function cannot reach, but to which an answering member reports an active
     /// raft connection: down for the function only (a route, an ACL, an ENI problem). Never
     /// replaced on the function's view alone; a replacement in the same place could look down
@@ -390,6 +397,7 @@ impl Wait {
             Self::PeerUrlTaken { .. } => "peer-url-taken",
             Self::JoinBlocked { .. } => "join-blocked",
             Self::MemberDown { .. } => "member-down",
+            Self::ReplacementSuspended { .. } => "replacement-suspended",
             Self::MemberUnreachableFromFunction { .. } => "member-unreachable-from-function",
             Self::NotYetVisible { .. } => "not-yet-visible",
             Self::Refused { .. } => "refused-for-now",
@@ -405,6 +413,7 @@ impl Wait {
             | Self::LastVoterAwaitsReplacement { instance, .. }
             | Self::PeerUrlTaken { instance, .. }
             | Self::MemberDown { instance, .. }
+            | Self::ReplacementSuspended { instance, .. }
             | Self::MemberUnreachableFromFunction { instance, .. } => Some(instance),
             Self::QuorumGuard { instance, .. }
             | Self::NotYetVisible { instance, .. }
@@ -610,6 +619,10 @@ impl Wait {
             ),
             Self::MemberDown { instance, member, down_secs } => format!(
                 "member {member} on {instance} has not answered for {down_secs} s: replaced after UNHEALTHY_REPLACE_SECS, one at a time, while the others keep a quorum"
+            ),
+            Self::ReplacementSuspended { instance, processes } => format!(
+                "{instance} is due to be replaced, but the group has {} suspended: nothing is marked Unhealthy until they are resumed (aws autoscaling resume-processes)",
+                processes.join(", ")
             ),
             Self::MemberUnreachableFromFunction { instance, member, down_secs } => format!(
                 "member {member} on {instance} has not answered the function for {down_secs} s, but its peers are connected to it: not replaced; check the function's route to it (subnets, security groups, network ACLs)"

@@ -30,6 +30,7 @@ fn inst(n: u8, state: LifecycleState) -> Instance {
         address: Some(addr(n)),
         launched_at: n as i64,
         healthy: true,
+        zone: None,
     }
 }
 use LifecycleState::{InService, PendingWait, TerminatingWait};
@@ -85,6 +86,8 @@ fn given(instances: Vec<Instance>) -> Given {
             backups: vec![],
             incomplete_backups: vec![],
             undescribed: Default::default(),
+            zones: vec![],
+            suspended: Default::default(),
             backups_failing: None,
             now: 1000,
         },
@@ -1075,9 +1078,8 @@ fn replacements_go_one_at_a_time_and_never_during_a_membership_change() {
     if let ClusterState::Known(v) = &mut g.obs.cluster {
         v.members.retain(|m| m.id != id(2));
     }
-    // (Its down-mark goes first, then 3 waits.)
-    assert_eq!(g.plan(), Step::ForgetDown { instance: i(2) });
-    g.obs.published.down_since.remove(&i(2));
+    // (Its down-mark stays while the group still lists it: it tells when it was marked.) 3 waits
+    // its turn.
     assert_eq!(
         g.plan(),
         Step::Wait(Wait::MemberDown {
@@ -1804,4 +1806,114 @@ fn auth_is_turned_on_once_every_voter_answers_with_a_config_that_verifies_root_t
             endpoint: ANSWERING.into()
         }
     );
+}
+
+// The group as operators run it (issue 27): suspended processes, marks that lead nowhere,
+// certificates that end together.
+
+#[test]
+fn a_dead_member_is_not_marked_while_the_group_would_not_replace_it() {
+    let base = || {
+        given((1..=3).map(|n| inst(n, InService)).collect())
+            .record(1)
+            .members((1..=3).map(voter).collect())
+            .unhealthy(2)
+            .down_since(2, 700)
+    };
+    assert!(matches!(base().plan(), Step::Replace { .. }));
+    for process in ["ReplaceUnhealthy", "Launch", "Terminate"] {
+        let mut g = base();
+        g.obs.suspended.insert(process.into());
+        assert_eq!(
+            g.plan(),
+            Step::Wait(Wait::ReplacementSuspended {
+                instance: i(2),
+                processes: vec![process.into()],
+            }),
+            "{process}"
+        );
+    }
+    // Another process suspended (AZRebalance, say) keeps nothing from being replaced.
+    let mut g = base();
+    g.obs.suspended.insert("AZRebalance".into());
+    assert!(matches!(g.plan(), Step::Replace { .. }));
+}
+
+#[test]
+fn an_unhealthy_mark_that_led_nowhere_for_long_is_no_replacement_under_way() {
+    // 1's etcd died, the function marked it Unhealthy and removed its member, and the group never
+    // replaced it (no capacity of the type in its zone, a launch that fails); then 2's etcd dies.
+    let base = |marked_down_at: i64| {
+        let mut g = given((1..=5).map(|n| inst(n, InService)).collect())
+            .record(2)
+            .members((2..=5).map(voter).collect())
+            .down_since(1, marked_down_at)
+            .unhealthy(2)
+            .down_since(2, 0);
+        g.obs.instances[0].healthy = false;
+        g.obs.now = 10_000;
+        g
+    };
+    // Marked recently: a replacement under way, 2 waits its turn.
+    let recent = base(10_000 - 300 - 60);
+    assert!(
+        matches!(recent.plan(), Step::Wait(Wait::MemberDown { .. })),
+        "{:?}",
+        recent.plan()
+    );
+    // Marked long ago with nothing happening: 2 is replaced.
+    let stuck = base(10_000 - 300 - super::leaving::STUCK_SECS - 1);
+    assert!(
+        matches!(stuck.plan(), Step::Replace { instance, .. } if instance == i(2)),
+        "{:?}",
+        stuck.plan()
+    );
+}
+
+#[test]
+fn certificates_that_end_together_are_renewed_apart() {
+    let life = 90 * 86_400;
+    let spreads: Vec<i64> = (1..=5)
+        .map(|n| super::leaving::spread(&i(n), life))
+        .collect();
+    assert!(
+        spreads.iter().all(|s| (0..life / 6).contains(s)),
+        "{spreads:?}"
+    );
+    let mut distinct = spreads.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), spreads.len(), "{spreads:?}");
+    // Three voters whose certificates end together: the first one due is the one whose renewal
+    // comes earliest, and the others are not due at that moment.
+    let g = |left: i64| {
+        let mut g = given((1..=3).map(|n| inst(n, InService)).collect())
+            .record(1)
+            .members((1..=3).map(voter).collect());
+        let mut s = settings();
+        s.member_cert_secs = Some(life);
+        g.settings = Some(s);
+        for n in 1..=3 {
+            g.obs
+                .published
+                .cert_not_after
+                .insert(i(n), g.obs.now + left);
+        }
+        g
+    };
+    let (first, spread) = (1..=3)
+        .map(|n| (n, super::leaving::spread(&i(n), life)))
+        .max_by_key(|(_, s)| *s)
+        .unwrap();
+    let second = (1..=3)
+        .map(|n| super::leaving::spread(&i(n), life))
+        .filter(|s| *s < spread)
+        .max()
+        .unwrap();
+    let at = life / 3 + (spread + second) / 2;
+    assert!(matches!(g(at).plan(), Step::Replace { instance, .. } if instance == i(first)));
+    assert!(!matches!(
+        g(life / 3 + spread + 1).plan(),
+        Step::Replace { .. }
+    ));
 }

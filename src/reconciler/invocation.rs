@@ -391,6 +391,9 @@ impl Invocation {
         }
         let held_for_quorum = held_for_quorum(&plan.waits);
         report(&plan.waits, &held_for_quorum);
+        if let Some(risk) = crate::planner::zones::zone_risk(obs) {
+            warn!(%risk, "one Availability Zone's loss would cost the quorum");
+        }
         info!(trigger = %self.trigger, steps = self.steps.len(), ?stats, waiting, "invocation done");
         Response::Reconciled {
             trigger: self.trigger.clone(),

@@ -704,19 +704,30 @@ async fn a_missing_hook_fails_the_first_invocation_naming_it_and_the_next_looks_
 }
 
 #[tokio::test]
-async fn warm_pool_instances_are_let_through_and_never_join() {
+async fn a_group_with_a_warm_pool_is_refused_every_invocation_changing_nothing() {
+    // Was: a launch into the warm pool completed at once, a warm instance stopped before its
+    // boot script ran, and the learner of its second boot never started: a loop.
     let world = three_member_cluster().await;
-    let mut e = lifecycle_event("launch", "i-0000000a");
-    e["detail"]["Origin"] = json!("EC2");
-    e["detail"]["Destination"] = json!("WarmPool");
-    let before = world.world().members.clone();
-    let resp = reconciler(&world).handle(&e, far()).await.unwrap();
-    let (steps, _, _) = reconciled(&resp);
-    assert_eq!(steps.len(), 1, "{resp:?}");
-    assert!(world
-        .calls()
-        .contains(&"complete launch i-0000000a CONTINUE".to_string()));
-    assert_eq!(world.world().members, before);
+    world.world().warm_pool = true;
+    world.launch(4);
+    let before = world.calls();
+    let mut into_pool = lifecycle_event("launch", "i-00000004");
+    into_pool["detail"]["Origin"] = json!("EC2");
+    into_pool["detail"]["Destination"] = json!("WarmPool");
+    for event in [into_pool, schedule()] {
+        let e = reconciler(&world).handle(&event, far()).await.unwrap_err();
+        assert_eq!(e.kind(), "Fatal.Config", "{e:?}");
+        assert!(e.to_string().contains("warm pool"), "{e:?}");
+    }
+    // Nothing but the heartbeat of the held launch (the group alone, first).
+    let after: Vec<String> = world.calls()[before.len()..].to_vec();
+    assert!(
+        after.iter().all(|c| c == "heartbeat launch i-00000004"),
+        "{after:#?}"
+    );
+    world.world().warm_pool = false;
+    converge(&world, &[schedule()]).await;
+    assert_converged(&world);
 }
 
 // Maintenance (issue 10).

@@ -121,6 +121,8 @@ def test_every_invocation_logs_metrics_that_match_the_cluster(simulation):
     assert (last["HealthyVoters"], last["QuorumMargin"], last["InstancesHeld"]) == (3, 1, 0)
     assert last["DbSizeBytes"] >= max(int(s["dbSize"]) for s in statuses) * 0.5
     assert last["NospaceAlarm"] == 0
+    # Three voters over three zones: one zone's loss leaves two of a quorum of two.
+    assert (last["Zones"], last["ZoneLossQuorumMargin"], last["ZoneRisk"]) == (3, 0, 0), last
     # Steps applied are counted by kind over the bootstrap.
     total = {}
     for line in lines:

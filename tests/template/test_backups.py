@@ -150,7 +150,7 @@ def test_an_existing_bucket_needs_none_of_the_conditional_resources(template, cr
     """With BackupBucketName set, nothing names the bucket, key or bucket policy the stack then
     does not create (CloudFormation would refuse the template)."""
     conditions = {"CreateBackupBucket": create, "HasRouteTables": True, "HasZone": True, "HasAlarmTopic": True,
-                  "SingleMember": False, "ManagedTls": True, "WithSessionManager": True}
+                  "SingleMember": False, "ManagedTls": True, "WithSessionManager": True, "HasVolumeKey": True}
     t = template
     for name, r in t["Resources"].items():
         if r.get("Condition") == "CreateBackupBucket" and not create:

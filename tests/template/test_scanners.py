@@ -11,7 +11,7 @@ from test_template import render, resources
 
 REGION, ACCOUNT, STACK = "us-east-1", "123456789012", "prod"
 CONDITIONS = {"ManagedTls": True, "HasZone": True, "CreateBackupBucket": True, "WithSessionManager": True,
-              "HasRouteTables": True, "HasAlarmTopic": True, "SingleMember": False}
+              "HasRouteTables": True, "HasAlarmTopic": True, "SingleMember": False, "HasVolumeKey": False}
 # What Fn::GetAtt ... .Arn and Ref give for the resources the policies name.
 ATTRIBUTES = {
     "FunctionLogGroup": f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/lambda/{STACK}-membership:*",

@@ -34,6 +34,7 @@ OBJECT = f"arn:aws:s3:::{BUCKET}/etcd-asg-lifecycle/{STACK}/backups/token/000000
 REQUESTS = {
     "autoscaling:DescribeAutoScalingGroups": ("*", {}),
     "autoscaling:DescribeLifecycleHooks": ("*", {}),
+    "autoscaling:DescribeWarmPool": ("*", {}),
     "ec2:DescribeInstances": ("*", {}),
     "autoscaling:CompleteLifecycleAction": (GROUP_ARN, {}),
     "autoscaling:RecordLifecycleActionHeartbeat": (GROUP_ARN, {}),

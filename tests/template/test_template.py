@@ -1,6 +1,7 @@
 """Invariants of template.yaml that cfn-lint cannot see: what the design depends on."""
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -71,6 +72,16 @@ def test_hooks_hold_launches_with_abandon_and_terminations_with_continue(templat
     assert env["ASG_NAME"] == GROUP
     # A learner must be given up on before its launch hook would time out on its own.
     assert int(env["LEARNER_START_TIMEOUT_SECS"]) < launch["HeartbeatTimeout"]
+
+
+def test_a_held_action_lasts_the_most_auto_scaling_allows(template):
+    """Each action ends at its global timeout, the smaller of 48 h and 100 heartbeat timeouts,
+    whatever its heartbeats (API_LifecycleHook): the hooks' timeouts make it 48 h, so a
+    termination held for quorum outlasts a night (at 300 s it ended after 8 h 20 min)."""
+    for hook in hooks(template).values():
+        global_timeout = min(48 * 3600, 100 * hook["HeartbeatTimeout"])
+        assert global_timeout == 48 * 3600, hook
+        assert global_timeout > 100 * 300
 
 
 def matches(pattern, event):
@@ -369,3 +380,19 @@ def test_the_function_can_back_up_the_largest_database_in_half_its_timeout(templ
     # A quarter more for a slower CPU than the bench's (Graviton, not this x86 machine).
     assert props["MemorySize"] >= 1.25 * needed_mb, (props["MemorySize"], needed_mb)
     assert props["MemorySize"] <= 2048, "more than a snapshot needs costs for nothing"
+
+
+def test_the_members_volumes_take_the_key_given_else_the_accounts_default(template):
+    """VolumeKmsKeyId: the launch template's volume encrypted with it, or with the account's
+    default EBS key when empty (a customer managed default must let the Auto Scaling
+    service-linked role use it: docs/deploy.md)."""
+    (lt,) = resources(template, "AWS::EC2::LaunchTemplate").values()
+    (mapping,) = lt["Properties"]["LaunchTemplateData"]["BlockDeviceMappings"]
+    for has_key, want in ((True, {"Ref": "VolumeKmsKeyId"}), (False, None)):
+        ebs = render(mapping["Ebs"], {"HasVolumeKey": has_key})
+        assert ebs["Encrypted"] is True
+        assert ebs.get("KmsKeyId") == want, ebs
+    assert template["Conditions"]["HasVolumeKey"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "VolumeKmsKeyId"}, ""]}]}
+    pattern = re.compile(template["Parameters"]["VolumeKmsKeyId"]["AllowedPattern"])
+    assert pattern.match("") and pattern.match("arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab")
+    assert not pattern.match("alias/mine") and not pattern.match("arn:aws:kms:us-east-1:1:key/x")

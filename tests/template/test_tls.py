@@ -21,7 +21,8 @@ VIA_SSM = {"StringEquals": {"kms:ViaService": {"Fn::Sub": "ssm.${AWS::Region}.am
 PKI_RESOURCES = {"PkiKey", "FunctionPkiPolicy", "InstancePkiPolicy"}
 # src/config/mod.rs: MEMBER_CERT_DAYS 1..=3650.
 CERT_DAYS = (1, 3650)
-MANAGED = {"ManagedTls": True, "HasZone": True, "CreateBackupBucket": True, "WithSessionManager": True}
+MANAGED = {"ManagedTls": True, "HasZone": True, "CreateBackupBucket": True, "WithSessionManager": True,
+           "HasVolumeKey": False}
 BUCKET = f"{STACK}-backups-bucket"
 
 
