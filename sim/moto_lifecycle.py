@@ -126,8 +126,10 @@ ZONES_IMPAIRED: set[str] = set()
 LAUNCH_FAILURES: list[dict] = []
 # Rebalances under way: their new instance, and the zone an instance leaves once it serves.
 REBALANCING: list[dict] = []
-# The most a held action lasts (AWS: 48 h), lowered over /_sim/zones {"global_timeout_cap": s}.
+# The most a held action lasts (AWS: 48 h), lowered over /_sim/zones {"global_timeout_cap": s};
+# and a factor on every global timeout ({"global_timeout_scale": f}: 0.004 makes 48 h 691 s).
 GLOBAL_TIMEOUT_CAP = [48 * 3600]
+GLOBAL_TIMEOUT_SCALE = [1.0]
 # (group name, instance id) -> pending action
 ACTIONS: dict[tuple[str, str], "Action"] = {}
 
@@ -142,7 +144,8 @@ class Action:
         # Its global timeout: "the lesser of 48 hours or 100 times the heartbeat timeout",
         # whatever the heartbeats (GLOBAL_TIMEOUT_CAP lowers the 48 h for a test):
         # https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_LifecycleHook.html
-        self.global_deadline = time.monotonic() + min(GLOBAL_TIMEOUT_CAP[0], 100 * hook.heartbeat_timeout)
+        self.global_deadline = time.monotonic() + GLOBAL_TIMEOUT_SCALE[0] * min(
+            GLOBAL_TIMEOUT_CAP[0], 100 * hook.heartbeat_timeout)
         # For the simulation's record of holds (/_sim/holds): when it began, each heartbeat.
         self.started = time.time()
         self.beats: list[float] = []
@@ -679,6 +682,8 @@ def _zones_route(environ, start_response):
             ZONES_IMPAIRED.update(spec["impaired"])
         if "global_timeout_cap" in spec:
             GLOBAL_TIMEOUT_CAP[0] = float(spec["global_timeout_cap"])
+        if "global_timeout_scale" in spec:
+            GLOBAL_TIMEOUT_SCALE[0] = float(spec["global_timeout_scale"])
         if "rebalance" in spec:
             out["launched"] = rebalance(spec["rebalance"])
         name = spec.get("group") or spec.get("rebalance")

@@ -491,6 +491,11 @@ class Simulation:
         now on."""
         self._zones({"global_timeout_cap": seconds})
 
+    def global_timeout_scale(self, factor: float):
+        """Every global timeout of the actions held from now on times `factor`: hours of AWS's
+        in minutes of a test (heartbeat timeouts keep their real length)."""
+        self._zones({"global_timeout_scale": factor})
+
     def faults(self, rules: list[dict] | None = None, **settings):
         """Sets the fault layer between the function (and the CLI) and the emulator
         (sim/faults.py): its `rules`, which replace the ones before, and any of `seed`,

@@ -1,6 +1,7 @@
 """The Auto Scaling group as operators run it: its processes suspended, a warm pool added."""
 
 import json
+import time
 
 import pytest
 
@@ -76,3 +77,32 @@ def test_a_group_with_a_warm_pool_is_refused_until_it_is_deleted(simulation):
     wait_for("invocations that succeed again", 30,
              lambda: [i for i in sim.function.invocations[later:] if i.outcome == "ok"])
     sim.wait_converged(1, label="still one member")
+
+
+@pytest.mark.long(200)
+def test_a_termination_held_for_quorum_outlasts_a_hundred_heartbeat_timeouts_of_the_old_hooks(simulation):
+    # Global timeouts at 1/250 of AWS's: the template's 1800 s hooks give 48 h, here 691 s; the
+    # 300 s hooks it had gave 8 h 20 min, here 120 s, after which the termination held for
+    # quorum went on (CONTINUE) with the other member down, and the quorum was lost.
+    scale = 0.004
+    sim = simulation(function_env={"UNHEALTHY_REPLACE_SECS": "170"}, hook_timeout=1800)
+    sim.global_timeout_scale(scale)
+    sim.start_writer()
+    sim.scale(3)
+    sim.wait_converged(3, label="bootstrap")
+    first, dead, leaving = sorted(i["InstanceId"] for i in sim.group_instances())
+    sim.kill_instance(dead)
+    sim.terminate(leaving, decrement=True)
+    wait_for("the quorum guard to hold the termination", 60, lambda: [
+        h for _, b in invocation_outcomes(sim) for h in (b or {}).get("held_for_quorum", [])
+        if h["instance"] == leaving])
+    old_global = scale * 100 * 300
+    time.sleep(old_global + 15)
+    state = {i["InstanceId"]: i["LifecycleState"] for i in sim.group_instances()}
+    assert state[leaving] == "Terminating:Wait", state
+    assert sim.drain("lapsed") == []
+    # The dead member replaced (UNHEALTHY_REPLACE_SECS), the termination goes on.
+    sim.wait_converged(2, label="dead member replaced, termination released", timeout=240)
+    assert sim.drain("lapsed") == []
+    sim.writer.stop()
+    assert sim.writer.lost() == []
