@@ -159,6 +159,11 @@ impl<P: PublishedConfig> PublishedConfig for DryRun<P> {
         Ok(())
     }
 
+    async fn note_marked(&self, instance: &str, at: Timestamp) -> Result<(), Error> {
+        self.refuse(format!("note {instance} marked Unhealthy at {at}"));
+        Ok(())
+    }
+
     async fn forget_down(&self, instance: &str) -> Result<(), Error> {
         self.refuse(format!("forget {instance} down"));
         Ok(())

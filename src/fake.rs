@@ -46,6 +46,8 @@ pub struct World {
     pub decided: BTreeMap<String, Decision>,
     pub restored: BTreeMap<String, ClusterRecord>,
     pub down_since: BTreeMap<String, Timestamp>,
+    /// When the function marked each instance Unhealthy.
+    pub marked: BTreeMap<String, Timestamp>,
     /// etcd refuses every membership change with this, as a real one does for a while.
     pub refuse: Option<Refusal>,
     /// Completions succeed but the group keeps showing the action (eventual consistency).
@@ -613,6 +615,7 @@ impl PublishedConfig for Fake {
             cluster: w.record.clone(),
             members: w.configs.clone(),
             down_since: w.down_since.clone(),
+            marked: w.marked.clone(),
             restore_request: w.restore_request.clone(),
             restore_request_at: w.restore_request_at,
             cert_not_after: w.cert_not_after.clone(),
@@ -713,10 +716,16 @@ impl PublishedConfig for Fake {
         Ok(())
     }
 
+    async fn note_marked(&self, instance: &str, at: Timestamp) -> Result<(), Error> {
+        self.world().marked.insert(instance.to_string(), at);
+        Ok(())
+    }
+
     async fn forget_down(&self, instance: &str) -> Result<(), Error> {
         let mut w = self.world();
         w.calls.push(format!("forget-down {instance}"));
         w.down_since.remove(instance);
+        w.marked.remove(instance);
         Ok(())
     }
 
@@ -755,6 +764,7 @@ impl PublishedConfig for Fake {
         }
         w.calls.push(format!("unpublish {instance}"));
         w.configs.remove(instance);
+        w.marked.remove(instance);
         Ok(())
     }
 }

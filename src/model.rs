@@ -603,6 +603,8 @@ pub struct PublishedState {
     pub members: BTreeMap<String, Published>,
     /// When the function first saw each in-service instance's etcd not answering, by instance id.
     pub down_since: BTreeMap<String, Timestamp>,
+    /// When the function marked each instance Unhealthy (`<prefix>/marked/<id>`), by instance id.
+    pub marked: BTreeMap<String, Timestamp>,
     /// When each instance's member certificate ends (TLS=managed), by instance id.
     pub cert_not_after: BTreeMap<String, Timestamp>,
     /// Instances whose certificate's end says `issuing`: a hand-out began (and may have written
@@ -699,6 +701,7 @@ impl PublishedState {
             }
             Written::DownForgotten { instance } => {
                 self.down_since.remove(&instance);
+                self.marked.remove(&instance);
             }
             Written::Record(record) => {
                 if record.has_served() {

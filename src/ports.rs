@@ -104,7 +104,13 @@ pub trait PublishedConfig: Send + Sync {
         instance: &str,
         since: Timestamp,
     ) -> impl Future<Output = Result<(), Error>> + Send;
-    /// Deleting what is already gone succeeds.
+    /// Remember when the function marked this instance Unhealthy.
+    fn note_marked(
+        &self,
+        instance: &str,
+        at: Timestamp,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+    /// The down-mark and the Unhealthy mark's time. Deleting what is already gone succeeds.
     fn forget_down(&self, instance: &str) -> impl Future<Output = Result<(), Error>> + Send;
     /// An operator's request to restore this backup (a key, or `latest`) once every member is
     /// gone (RECOVERY=manual waits for it).

@@ -141,9 +141,9 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         let stop_at = deadline
             .checked_sub(self.config.timing.deadline_margin)
             .unwrap_or_else(Instant::now);
-        let calls_until = deadline
-            .checked_sub(CALL_RESERVE)
-            .unwrap_or_else(Instant::now);
+        // Never before `stop_at`: with a margin under a second, calls end at it.
+        let reserve = CALL_RESERVE.min(self.config.timing.deadline_margin);
+        let calls_until = deadline.checked_sub(reserve).unwrap_or_else(Instant::now);
         let mut inv = Invocation::new(trigger, stop_at, budget, calls_until);
         // Every call is bounded already (`Meter`): this ends what is left of the work between.
         let until = tokio::time::Instant::from_std(calls_until.max(Instant::now()));
@@ -335,7 +335,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         let expected = published.cluster.as_ref().and_then(|r| r.cluster_id);
         let cluster = meter
             .cluster(self.members.observe(&endpoints, expected))
-            .await;
+            .await?;
         let (listing, backups_failing) = self.backups(meter, &mut seen.backups).await;
         Ok(Observation {
             instances: group.instances,
@@ -400,7 +400,17 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         Box::pin(self.prepare()).await?;
         loop {
             let beats = Some(&mut inv.beats_failed);
-            let obs = self.observe(&inv.meter, &mut inv.seen, beats).await?;
+            let obs = match self.observe(&inv.meter, &mut inv.seen, beats).await {
+                Ok(obs) => obs,
+                Err(e) => {
+                    // A throttled or failing dependency: observed again while the invocation
+                    // may wait (a lifecycle event's budget), not a minute later.
+                    let poll = self.config.timing.poll_interval;
+                    let pause = inv.retry_observation(e, poll)?;
+                    self.pause(inv, pause).await;
+                    continue;
+                }
+            };
             if let Some(id) = hint.filter(|_| inv.steps.is_empty() && inv.failures == 0) {
                 if obs.instance(id).is_none() {
                     return Ok(self.not_in_group(id));
@@ -436,19 +446,31 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         failed: &mut Vec<Error>,
         work: impl std::future::Future<Output = T>,
     ) -> T {
-        tokio::pin!(work);
-        let mut tick = tokio::time::interval(BEAT_CHECK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
-        loop {
-            tokio::select! {
-                out = &mut work => return out,
-                _ = tick.tick() => {
-                    let due = self.hooks.keep_alive(&self.lifecycle, meter, meter.bound());
-                    failed.extend(due.await);
-                }
+        // Polled together: a heartbeat that waits on a slow Auto Scaling never stalls the work.
+        let failures = std::sync::Mutex::new(Vec::new());
+        let ticker = async {
+            let mut tick = tokio::time::interval(BEAT_CHECK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let due = self
+                    .hooks
+                    .keep_alive_paced(&self.lifecycle, meter, meter.bound());
+                let f = due.await;
+                failures.lock().unwrap_or_else(|e| e.into_inner()).extend(f);
             }
-        }
+        };
+        tokio::pin!(work);
+        tokio::pin!(ticker);
+        let out = tokio::select! {
+            out = &mut work => out,
+            never = &mut ticker => never,
+        };
+        failed.extend(std::mem::take(
+            &mut *failures.lock().unwrap_or_else(|e| e.into_inner()),
+        ));
+        out
     }
 
     /// A pause of the invocation (a poll, a retry's backoff), heartbeating what falls due.

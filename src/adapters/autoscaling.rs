@@ -76,10 +76,11 @@ impl AutoScalingGroup {
             return Default::default();
         }
         let all = self.describe_instances(ids.clone()).await;
-        let Err(why) = all else {
+        let Err((why, per_instance)) = all else {
             return (all.unwrap_or_default(), Failed::new());
         };
-        if ids.len() == 1 {
+        // Throttled, or no answer at all: asking once per instance would only add to it.
+        if ids.len() == 1 || !per_instance {
             return (
                 HashMap::new(),
                 ids.into_iter().map(|id| (id, why.clone())).collect(),
@@ -93,7 +94,7 @@ impl AutoScalingGroup {
         for (id, answer) in futures_util::future::join_all(each).await {
             match answer {
                 Ok(one) => found.extend(one),
-                Err(why) => {
+                Err((why, _)) => {
                     failed.insert(id.clone(), why);
                 }
             }
@@ -104,11 +105,12 @@ impl AutoScalingGroup {
     /// One DescribeInstances for `ids`: each listed instance's address and launch time, or why
     /// EC2 answered none (its error code and message; "not yet known to EC2" for an id it does
     /// not know, as a new instance is for a while:
-    /// <https://docs.aws.amazon.com/ec2/latest/devguide/eventual-consistency.html>).
+    /// <https://docs.aws.amazon.com/ec2/latest/devguide/eventual-consistency.html>), and whether
+    /// asking for each alone may do better (not when EC2 throttles, nor when nothing answered).
     async fn describe_instances(
         &self,
         ids: Vec<String>,
-    ) -> Result<HashMap<String, (Option<String>, i64)>, String> {
+    ) -> Result<HashMap<String, (Option<String>, i64)>, (String, bool)> {
         let mut out = HashMap::new();
         let mut pages = self
             .ec2
@@ -118,11 +120,16 @@ impl AutoScalingGroup {
             .send();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| match e.code() {
-                Some("InvalidInstanceID.NotFound") => {
-                    "InvalidInstanceID.NotFound: not yet known to EC2".to_string()
+                Some("InvalidInstanceID.NotFound") => (
+                    "InvalidInstanceID.NotFound: not yet known to EC2".to_string(),
+                    true,
+                ),
+                Some(code) => {
+                    let throttled = matches!(code, "RequestLimitExceeded" | "Throttling");
+                    let why = format!("{code}: {}", e.message().unwrap_or_default());
+                    (why, !throttled)
                 }
-                Some(code) => format!("{code}: {}", e.message().unwrap_or_default()),
-                None => format!("{:?}", aws("DescribeInstances")(e.into())),
+                None => (format!("{:?}", aws("DescribeInstances")(e.into())), false),
             })?;
             for i in page.reservations().iter().flat_map(|r| r.instances()) {
                 let Some(id) = i.instance_id() else { continue };

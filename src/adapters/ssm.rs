@@ -42,6 +42,11 @@ impl SsmParameters {
         format!("{}/down/{instance}", self.prefix)
     }
 
+    /// When the function marked the instance Unhealthy, epoch seconds.
+    pub fn marked_name(&self, instance: &str) -> String {
+        format!("{}/marked/{instance}", self.prefix)
+    }
+
     fn decision_name(&self, record: &ClusterRecord) -> String {
         format!(
             "{}/decided/{}-{}",
@@ -134,20 +139,6 @@ impl SsmParameters {
         }
     }
 
-    async fn delete(&self, name: String) -> Result<(), Error> {
-        let r = self.ssm.delete_parameter().name(name).send().await;
-        match r {
-            Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_parameter_not_found()) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(aws("DeleteParameter")(e.into())),
-        }
-    }
-
     /// Tags an existing parameter with the instance's ARN: the instance policy lets only that
     /// instance read it. (Harmless when it is tagged already.)
     async fn tag_for(&self, instance_arn: &str, name: String) -> Result<(), Error> {
@@ -205,6 +196,15 @@ impl SsmParameters {
                     tracing::warn!(parameter = name, value = %shown(value), "unreadable down-mark")
                 }
             }
+        } else if let Some(instance) = under("marked") {
+            match value.trim().parse() {
+                Ok(at) => {
+                    state.marked.insert(instance.to_string(), at);
+                }
+                Err(_) => {
+                    tracing::warn!(parameter = name, value = %shown(value), "unreadable Unhealthy mark")
+                }
+            }
         } else if let Some(instance) = under("certs").filter(|_| value.trim() == ISSUING) {
             state.issuing.insert(instance.to_string());
         } else if let Some(instance) = under("certs") {
@@ -216,28 +216,8 @@ impl SsmParameters {
                     tracing::warn!(parameter = name, value = %shown(value), "unreadable certificate end")
                 }
             }
-        } else if let Some(fence) = under("decided") {
-            let decision = match value {
-                SERVED => Ok(Decision::Served),
-                record => Self::parse_record(name, record).map(|r| Decision::Replaced(Box::new(r))),
-            };
-            match decision {
-                Ok(d) => {
-                    state.decided.insert(fence.to_string(), d);
-                }
-                Err(e) => {
-                    tracing::warn!(parameter = name, error = ?e, "unreadable decision")
-                }
-            }
-        } else if let Some(fence) = under("restored") {
-            match Self::parse_record(name, value) {
-                Ok(record) => {
-                    state.restored.insert(fence.to_string(), record);
-                }
-                Err(e) => {
-                    tracing::warn!(parameter = name, error = ?e, "unreadable restore fence")
-                }
-            }
+        } else if let Some(fence) = under("decided").or_else(|| under("restored")) {
+            Self::take_fence(state, name, value, fence, under("decided").is_some());
         } else if let Some(instance) = under("members") {
             match MemberConfig::parse_env(value) {
                 Ok(config) => {
@@ -257,6 +237,31 @@ impl SsmParameters {
             }
         }
         Ok(())
+    }
+
+    /// A fence: `decided/<fence>` (`served`, or the record that replaced the generation) or
+    /// `restored/<fence>` (the record restored in its place). An unreadable one is logged and
+    /// left out.
+    fn take_fence(state: &mut PublishedState, name: &str, value: &str, fence: &str, decided: bool) {
+        if decided {
+            let decision = match value {
+                SERVED => Ok(Decision::Served),
+                record => Self::parse_record(name, record).map(|r| Decision::Replaced(Box::new(r))),
+            };
+            match decision {
+                Ok(d) => {
+                    state.decided.insert(fence.to_string(), d);
+                }
+                Err(e) => tracing::warn!(parameter = name, error = ?e, "unreadable decision"),
+            }
+        } else {
+            match Self::parse_record(name, value) {
+                Ok(record) => {
+                    state.restored.insert(fence.to_string(), record);
+                }
+                Err(e) => tracing::warn!(parameter = name, error = ?e, "unreadable restore fence"),
+            }
+        }
     }
 
     fn parse_record(name: &str, value: &str) -> Result<ClusterRecord, Error> {
@@ -422,8 +427,22 @@ impl ports::PublishedConfig for SsmParameters {
             .map(drop)
     }
 
+    async fn note_marked(&self, instance: &str, at: Timestamp) -> Result<(), Error> {
+        self.put(self.marked_name(instance), at.to_string(), true)
+            .await
+            .map(drop)
+    }
+
+    /// One DeleteParameters for both (names already gone are not errors).
     async fn forget_down(&self, instance: &str) -> Result<(), Error> {
-        self.delete(self.down_name(instance)).await
+        let names = vec![self.down_name(instance), self.marked_name(instance)];
+        self.ssm
+            .delete_parameters()
+            .set_names(Some(names))
+            .send()
+            .await
+            .map_err(|e| aws("DeleteParameters")(e.into()))?;
+        Ok(())
     }
 
     /// One DeleteParameters for all of them (names already gone are not errors).
@@ -434,6 +453,7 @@ impl ports::PublishedConfig for SsmParameters {
             names.push(self.cert_name(instance));
         }
         names.push(self.member_name(instance));
+        names.push(self.marked_name(instance));
         self.ssm
             .delete_parameters()
             .set_names(Some(names))

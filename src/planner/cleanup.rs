@@ -48,6 +48,7 @@ pub fn cleanup(ctx: &Context) -> Vec<Step> {
     let marks = published
         .down_since
         .keys()
+        .chain(published.marked.keys())
         .filter(|id| gone(id))
         .map(|id| Step::ForgetDown {
             instance: id.clone(),

@@ -100,8 +100,9 @@ pub fn released(obs: &Observation, step: &Step) -> BTreeSet<Held> {
 }
 
 /// A hold is heartbeated again once this share of its hook's timeout has passed since its last
-/// heartbeat: with one scheduled invocation a minute and the template's 300 s, no hold goes
-/// longer than 37.5 + 60 s without one, within the third of its timeout the goal allows.
+/// heartbeat: with one scheduled invocation a minute, a hook of 300 s (the template's 1800 s
+/// gives 225 s) goes no longer than 37.5 + 60 s without one, within the third of its timeout the
+/// goal allows.
 pub const BEAT_EVERY: u32 = 8;
 
 /// A plan's release of a held action (`released`) stands for this share of its hook's timeout:

@@ -205,22 +205,25 @@ pub fn replacements(ctx: &Context) -> Vec<Step> {
 /// few seconds), unless it cannot (no capacity of the type in a zone, a launch that fails).
 pub const STUCK_SECS: i64 = 900;
 
-/// Whether the group is replacing `i`: marked Unhealthy, and the group may replace it (its
-/// replacement processes are not suspended), and not marked long ago with nothing happening
-/// (its mark is the function's: `STUCK_SECS` after its etcd was due to be replaced). One
-/// marked by someone else, never seen down, counts until it leaves.
+/// Whether the group is replacing `i`: marked Unhealthy, in service (Auto Scaling replaces
+/// neither a Standby instance nor one already leaving, which is no longer a change to wait for)
+/// or leaving now, while the group may replace it (its processes are not suspended), and not
+/// marked by the function more than `STUCK_SECS` ago with nothing happening since
+/// (`<prefix>/marked/<id>`). One marked by someone else counts until it leaves.
 fn being_replaced(ctx: &Context, i: &crate::model::Instance) -> bool {
     if i.healthy || !ctx.obs.replacement_suspended().is_empty() {
         return false;
     }
-    let marked_at = ctx
-        .obs
-        .published
-        .down_since
-        .get(&i.id)
-        .map(|since| since + ctx.settings.unhealthy_replace_secs);
-    !(i.state == LifecycleState::InService
-        && marked_at.is_some_and(|at| ctx.obs.now - at > STUCK_SECS))
+    match i.state {
+        LifecycleState::InService => {
+            let marked_at = ctx.obs.published.marked.get(&i.id);
+            marked_at.is_none_or(|at| ctx.obs.now - at <= STUCK_SECS)
+        }
+        LifecycleState::Terminating
+        | LifecycleState::TerminatingWait
+        | LifecycleState::TerminatingProceed => true,
+        _ => false,
+    }
 }
 
 /// Started voters that do not answer, on in-service instances: noted, waited for, replaced.

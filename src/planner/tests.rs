@@ -1841,33 +1841,41 @@ fn a_dead_member_is_not_marked_while_the_group_would_not_replace_it() {
 
 #[test]
 fn an_unhealthy_mark_that_led_nowhere_for_long_is_no_replacement_under_way() {
-    // 1's etcd died, the function marked it Unhealthy and removed its member, and the group never
-    // replaced it (no capacity of the type in its zone, a launch that fails); then 2's etcd dies.
-    let base = |marked_down_at: i64| {
+    // 1's etcd died, the function marked it Unhealthy (when: `marked/`) and removed its member,
+    // and the group never replaced it (no capacity of the type in its zone, a launch that
+    // fails); then 2's etcd dies.
+    let base = |marked_at: Option<i64>| {
         let mut g = given((1..=5).map(|n| inst(n, InService)).collect())
             .record(2)
             .members((2..=5).map(voter).collect())
-            .down_since(1, marked_down_at)
+            .down_since(1, 0)
             .unhealthy(2)
             .down_since(2, 0);
         g.obs.instances[0].healthy = false;
         g.obs.now = 10_000;
+        if let Some(at) = marked_at {
+            g.obs.published.marked.insert(i(1), at);
+        }
         g
     };
-    // Marked recently: a replacement under way, 2 waits its turn.
-    let recent = base(10_000 - 300 - 60);
+    let waits = |g: &Given| matches!(g.plan(), Step::Wait(Wait::MemberDown { .. }));
+    let replaces_2 =
+        |g: &Given| matches!(g.plan(), Step::Replace { instance, .. } if instance == i(2));
+    // Marked just now (though down for hours): a replacement under way, 2 waits its turn.
     assert!(
-        matches!(recent.plan(), Step::Wait(Wait::MemberDown { .. })),
+        waits(&base(Some(10_000))),
         "{:?}",
-        recent.plan()
+        base(Some(10_000)).plan()
     );
+    // Marked by someone else (no time of ours): under way until it leaves.
+    assert!(waits(&base(None)));
     // Marked long ago with nothing happening: 2 is replaced.
-    let stuck = base(10_000 - 300 - super::leaving::STUCK_SECS - 1);
-    assert!(
-        matches!(stuck.plan(), Step::Replace { instance, .. } if instance == i(2)),
-        "{:?}",
-        stuck.plan()
-    );
+    let stuck = base(Some(10_000 - super::leaving::STUCK_SECS - 1));
+    assert!(replaces_2(&stuck), "{:?}", stuck.plan());
+    // Unhealthy in Standby, which the group never replaces: no replacement under way.
+    let mut standby = base(Some(10_000));
+    standby.obs.instances[0].state = LifecycleState::Standby;
+    assert!(replaces_2(&standby), "{:?}", standby.plan());
 }
 
 #[test]

@@ -20,7 +20,7 @@ pub struct ZoneLoss {
     /// Answering voters outside it, and the quorum of all voters.
     pub left: usize,
     pub quorum: usize,
-    /// Answering voters by zone (`?`: an instance whose zone is not known).
+    /// Answering voters by zone.
     pub voters: BTreeMap<String, usize>,
 }
 
@@ -36,15 +36,15 @@ pub fn worst_zone_loss(obs: &Observation) -> Option<ZoneLoss> {
     let ClusterState::Known(view) = &obs.cluster else {
         return None;
     };
-    let zone_of = |name: &str| {
-        obs.instance(name)
-            .and_then(|i| i.zone.clone())
-            .unwrap_or_else(|| "?".into())
-    };
+    // A voter whose instance left the group, or whose zone is not known, is in no zone: it is
+    // counted as answering, in none.
+    let zone_of = |name: &str| obs.instance(name).and_then(|i| i.zone.clone());
     let mut voters: BTreeMap<String, usize> = obs.zones.iter().map(|z| (z.clone(), 0)).collect();
     let mut answering = 0;
     for m in view.voters().filter(|m| view.healthy.contains(&m.id)) {
-        *voters.entry(zone_of(&m.name)).or_default() += 1;
+        if let Some(zone) = zone_of(&m.name) {
+            *voters.entry(zone).or_default() += 1;
+        }
         answering += 1;
     }
     let (zone, most) = voters

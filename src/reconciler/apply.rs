@@ -18,6 +18,9 @@ use crate::ports::{
 };
 
 type Outcome = Result<&'static str, Error>;
+
+/// What a snapshot's upload may take past the snapshot's own time (`until`), to finish.
+const UPLOAD_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
 /// What applying a step did, and what it wrote under the prefix when the invocation may take
 /// that for a listing (`Written`).
 pub(super) type Applied = Result<(&'static str, Option<Written>), Error>;
@@ -49,7 +52,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             | Step::TransferLeadership { .. }
             | Step::RemoveMember { .. } => only(self.membership(step, meter).await),
             Step::Replace { .. } | Step::Complete { .. } => {
-                only(self.group_step(step, meter).await)
+                only(self.group_step(step, meter, now).await)
             }
             Step::Compact { .. }
             | Step::Defragment { .. }
@@ -247,7 +250,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
     }
 
     /// The group: an instance replaced, a lifecycle action completed.
-    async fn group_step(&self, step: &Step, meter: &Meter) -> Outcome {
+    async fn group_step(&self, step: &Step, meter: &Meter, now: Timestamp) -> Outcome {
         match step {
             Step::Replace { instance, why } => {
                 match why {
@@ -258,6 +261,10 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                     Replacement::CertificateExpiring { not_after } => info!(%instance, not_after,
                         "member certificate past two thirds of its life: marking the instance Unhealthy so a fresh one replaces it"),
                 }
+                // When, first: a mark that leads to no replacement for long is then no longer
+                // taken for one under way (`leaving::being_replaced`). A crash between the two
+                // leaves the time of a mark not made: the step is planned, and both written, again.
+                meter.aws(self.published.note_marked(instance, now)).await?;
                 meter.aws(self.group.set_unhealthy(instance)).await?;
                 Ok("marked-unhealthy")
             }
@@ -335,7 +342,17 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                     began,
                     streamed: 0,
                 });
-                let (backup, sha256) = meter.aws(store.store(snapshot, facts)).await?;
+                // The upload's end (its last part, the completion, the manifest) within a little of
+                // the snapshot's time too; one cut off is left to the bucket's rule for
+                // incomplete uploads, and to the pruning of halves.
+                let stored = tokio::time::timeout_at(
+                    tokio::time::Instant::from_std(until + UPLOAD_GRACE),
+                    meter.aws(store.store(snapshot, facts)),
+                );
+                let (backup, sha256) = stored.await.map_err(|_| Error::OutOfTime {
+                    what: "snapshot upload",
+                    detail: "its last parts, completion or manifest took too long".into(),
+                })??;
                 let secs = began.elapsed().as_secs_f64();
                 let mib_per_s = backup.size as f64 / 1_048_576.0 / secs.max(0.001);
                 info!(key = %backup.key, size = backup.size, %sha256, revision = backup.revision,

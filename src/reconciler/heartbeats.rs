@@ -46,7 +46,13 @@ struct State {
     /// When a plan last let each lapse.
     released: BTreeMap<Held, Instant>,
     beaten: BTreeMap<Held, Instant>,
+    /// When a heartbeat of each last failed: tried again after `RETRY_AFTER`, not every second.
+    failed: BTreeMap<Held, Instant>,
 }
+
+/// A heartbeat that failed is tried again this long after (a throttled Auto Scaling is not
+/// asked every second of a step), well within an eighth of the shortest hook's timeout.
+const RETRY_AFTER: Duration = Duration::from_secs(3);
 
 impl Keeper {
     fn state(&self) -> MutexGuard<'_, State> {
@@ -60,6 +66,7 @@ impl Keeper {
         let mut s = self.state();
         s.released.retain(|h, _| held.contains(h));
         s.beaten.retain(|h, _| held.contains(h));
+        s.failed.retain(|h, _| held.contains(h));
         s.held = held;
     }
 
@@ -74,14 +81,25 @@ impl Keeper {
         }
     }
 
-    fn due(&self, now: Instant) -> Vec<Held> {
+    /// `paced`: not those whose heartbeat failed within `RETRY_AFTER` (a step's ticker); at an
+    /// invocation's start and end, every one that is due.
+    fn due(&self, now: Instant, paced: bool) -> Vec<Held> {
         let s = self.state();
         let timeouts = self.timeouts.get();
         let timeout = |t: Transition| {
             let known = timeouts.and_then(|m| m.get(&t).copied());
             known.unwrap_or(SHORTEST_HOOK_TIMEOUT)
         };
+        let retried_soon = |h: &Held| {
+            paced
+                && s.failed
+                    .get(h)
+                    .is_some_and(|at| now.saturating_duration_since(*at) < RETRY_AFTER)
+        };
         planner::due(&s.held, &s.released, &s.beaten, timeout, now)
+            .into_iter()
+            .filter(|h| !retried_soon(h))
+            .collect()
     }
 
     /// Heartbeats every held action that is due, all at once, none past `until`: the failures
@@ -92,7 +110,28 @@ impl Keeper {
         meter: &Meter,
         until: Option<Instant>,
     ) -> Vec<Error> {
-        let due = self.due(Instant::now());
+        self.beat(lifecycle, meter, until, false).await
+    }
+
+    /// As `keep_alive`, for the ticker of a long step: a failed heartbeat is tried again after
+    /// `RETRY_AFTER`, not at every tick.
+    pub async fn keep_alive_paced(
+        &self,
+        lifecycle: &impl Lifecycle,
+        meter: &Meter,
+        until: Option<Instant>,
+    ) -> Vec<Error> {
+        self.beat(lifecycle, meter, until, true).await
+    }
+
+    async fn beat(
+        &self,
+        lifecycle: &impl Lifecycle,
+        meter: &Meter,
+        until: Option<Instant>,
+        paced: bool,
+    ) -> Vec<Error> {
+        let due = self.due(Instant::now(), paced);
         if due.is_empty() {
             return vec![];
         }
@@ -102,15 +141,20 @@ impl Keeper {
         });
         let mut failed = Vec::new();
         for (instance, transition, result) in futures_util::future::join_all(beats).await {
+            let held = (instance.clone(), transition);
             match result {
                 Ok(c) => {
-                    if c == Completion::Done {
-                        let held = (instance.clone(), transition);
-                        self.state().beaten.insert(held, Instant::now());
+                    // "No active Lifecycle Action found" too: the group listed an action that
+                    // has ended (or lists it a moment longer); no need to ask again soon.
+                    self.state().beaten.insert(held, Instant::now());
+                    if c == Completion::NotPending {
+                        info!(%instance, %transition, "lifecycle heartbeat: the action has ended");
+                    } else {
+                        info!(%instance, %transition, "lifecycle heartbeat");
                     }
-                    info!(%instance, %transition, completion = ?c, "lifecycle heartbeat");
                 }
                 Err(e) => {
+                    self.state().failed.insert(held, Instant::now());
                     tracing::error!(%instance, %transition, error = ?e, "lifecycle heartbeat failed: the hook lapses into its default result if none goes out within its timeout");
                     failed.push(e);
                 }

@@ -101,13 +101,14 @@ impl Meter {
         Self::time(&self.etcd_ns, &self.etcd_calls, bounded).await
     }
 
-    /// etcd's view of the cluster; nobody answering before `until` is itself what is seen.
-    pub async fn cluster(&self, call: impl Future<Output = ClusterState>) -> ClusterState {
+    /// etcd's view of the cluster. One not complete by `until` is no view: the observation
+    /// fails (an unreachable cluster made up of a cut-off look would be planned on).
+    pub async fn cluster(
+        &self,
+        call: impl Future<Output = ClusterState>,
+    ) -> Result<ClusterState, Error> {
         let bounded = bound(self.until, "observing etcd", async { Ok(call.await) });
-        match Self::time(&self.etcd_ns, &self.etcd_calls, bounded).await {
-            Ok(state) => state,
-            Err(e) => ClusterState::unreachable(e.to_string()),
-        }
+        Self::time(&self.etcd_ns, &self.etcd_calls, bounded).await
     }
 
     pub async fn aws<T>(&self, call: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
@@ -318,6 +319,27 @@ impl Invocation {
         self.failures = 0;
         self.last_wait = None;
         self.last_applied = Some(step);
+    }
+
+    /// After an observation failed: the pause before observing again, when the error may pass
+    /// and the invocation may wait that long; else the error, the invocation's outcome. What was
+    /// read before the failure is kept.
+    pub fn retry_observation(
+        &mut self,
+        e: Error,
+        poll_interval: Duration,
+    ) -> Result<Duration, Error> {
+        if !e.is_retryable() {
+            return Err(e);
+        }
+        self.failures += 1;
+        let pause = backoff(poll_interval, self.failures);
+        if Instant::now() + pause > self.patience_until {
+            return Err(e);
+        }
+        self.counts.count(format!("Errors.{}", e.kind()));
+        warn!(error = ?e, failures = self.failures, "observation failed; observing again");
+        Ok(pause)
     }
 
     /// What a failed `step` means for the rest of the invocation. Its class is the error's

@@ -389,3 +389,26 @@ async fn while_ssm_fails_a_held_termination_is_heartbeated_as_often_as_its_hook_
     let n = beats(&world, "heartbeat terminate i-00000003");
     assert!(n >= 4, "{n}: {:#?}", world.calls());
 }
+
+#[tokio::test]
+async fn an_observation_that_fails_once_is_made_again_within_a_lifecycle_invocation() {
+    // A lifecycle event's invocation may wait (its budget): SSM throttled once costs a pause, not
+    // the invocation (and a minute until the next schedule).
+    let world = three_member_cluster().await;
+    world.launch(4);
+    world.world().faults.fail_once.insert("load");
+    let r = reconciler_with(&world, &[("WAIT_BUDGET_SECS", "1")]);
+    let resp = r
+        .handle(&lifecycle_event("launch", "i-00000004"), far())
+        .await
+        .unwrap();
+    let (steps, _, _) = reconciled(&resp);
+    assert!(
+        steps.iter().any(|s| s.starts_with("add-learner")),
+        "{resp:?}"
+    );
+    assert!(world.calls().contains(&"load failed".to_string()));
+    // A scheduled run never waits: it fails, and the next schedule looks again.
+    world.world().faults.fail_once.insert("load");
+    r.handle(&schedule(), far()).await.unwrap_err();
+}
