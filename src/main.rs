@@ -8,7 +8,10 @@ use etcd_asg_lifecycle::{Config, Response};
 use lambda_runtime::{run, service_fn, tracing, Diagnostic, LambdaEvent};
 use serde_json::Value;
 
-#[tokio::main]
+// One thread: invocations are serialized and every wait is I/O, so a worker pool would only add
+// threads, and glibc a malloc arena per thread (make bench's membership peak: docs/figures.md).
+// https://docs.rs/tokio/latest/tokio/attr.main.html#using-the-current-thread-runtime
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
     tracing::init_default_subscriber();
     let config =
