@@ -11,20 +11,26 @@ CHECKOV_VENV      ?= $(CACHE)/venv-checkov
 PYTHON            ?= python3
 CARGO             ?= cargo
 APT_PACKAGES      := etcd-server etcd-client openssl shellcheck nodejs nftables
-# The etcd versions the adapter and end-to-end tests run on, each in turn: 3.4 is Debian's
-# etcd-server (bookworm, 3.4.23), 3.5 the etcd-server and etcd-client packages of Debian's `sid`
-# suite, unpacked into the cache by tools/install-etcd.sh (the machine's apt setup untouched;
-# pinned by version and by each .deb's SHA-256). `make test ETCD_VERSIONS=3.5` runs one.
-ETCD_VERSIONS     ?= 3.4 3.5
+# The etcd versions the tests run on (docs/simulation.md says what runs where and why):
+# 3.5, 3.6 and 3.7 built from etcd's own Go modules by tools/build-etcd.sh (pinned by
+# tools/etcd/<minor>/go.mod and go.sum) into $(CACHE)/etcd-<minor>/bin; Debian's 3.4.23
+# (etcd-server, bookworm) and 3.5.30 (the `sid` packages, unpacked into the cache by
+# tools/install-etcd.sh, the machine's apt setup untouched; pinned by version and each .deb's
+# SHA-256) only as the upgrade chain's first legs (3.5.30 is below etcd's floor for 3.6).
+# Adapter tests on each of ADAPTER_VERSIONS; every end-to-end test on 3.6 (the stack's default);
+# on 3.7 those marked v37 (joins, removals, restores, authentication, maintenance).
+ADAPTER_VERSIONS  ?= 3.5 3.6 3.7
+ETCD_MINORS       := 3.5 3.6 3.7
+export ETCD_BUILDS := $(CACHE)
 ETCD35_SUITE      := sid
 ETCD35_VERSION    := 3.5.30-2
 ETCD35_SERVER_SHA := 11a4f7e350c5020b83edff5160a6063d4e56ac9cd014d21ce8916378bf96de79
 ETCD35_CLIENT_SHA := 1e66ad2aba4cba6842a1ac35d5c525e750102b8fb42748225bcb2e34d6595931
 ETCD35_HOME       := $(CACHE)/etcd-$(ETCD35_VERSION)
-# sim/etcd.py finds etcd 3.5 here (etcdctl and etcdutl beside it).
+# sim/etcd.py finds Debian's 3.5.30 here (etcdctl and etcdutl beside it).
 export ETCD35_BIN := $(ETCD35_HOME)/usr/bin/etcd
-ADAPTER_RUNS      := $(addprefix adapters-,$(ETCD_VERSIONS))
-E2E_RUNS          := $(addprefix e2e-,$(ETCD_VERSIONS))
+ADAPTER_RUNS      := $(addprefix adapters-,$(ADAPTER_VERSIONS))
+ETCD_BUILD_RUNS   := $(addprefix etcd-,$(ETCD_MINORS))
 BOOTSTRAP         := $(CARGO_TARGET_DIR)/debug/bootstrap
 
 # The Python tools first on PATH for everything below. (Whatever runs etcd names its binary, with
@@ -34,9 +40,9 @@ export BOOTSTRAP_BIN := $(BOOTSTRAP)
 # No telemetry: these machines reach no AWS endpoint.
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: demo replay test check build-tests unit adapters e2e e2e-upgrade template-check template-sync build deps apt etcd35 python-tools client-tools template-tools checkov-tools package bench clean $(ADAPTER_RUNS) $(E2E_RUNS)
+.PHONY: demo replay test check build-tests unit adapters e2e e2e-3.6 e2e-3.7 e2e-upgrade etcd-builds $(ETCD_BUILD_RUNS) template-check template-sync build deps apt etcd35 python-tools client-tools template-tools checkov-tools package bench clean $(ADAPTER_RUNS)
 
-## demo: the local simulation (real etcd, emulated AWS, the real function binary); ETCD_VERSION=3.5 for 3.5
+## demo: the local simulation (real etcd, emulated AWS, the real function binary); on 3.6, ETCD_VERSION=3.7 for 3.7
 demo: deps build
 	$(VENV)/bin/python -m sim.demo
 
@@ -45,8 +51,8 @@ replay: deps build
 	$(VENV)/bin/python -m sim.replay $(EVENTS)
 
 ## test: everything CI runs, each stage timed as it ends: format, lint, the house and docs checks,
-## unit, adapters against real etcd and moto, end to end (both once per version of ETCD_VERSIONS,
-## plus the rolling upgrade 3.4 -> 3.5), template
+## unit, adapters against real etcd and moto (on 3.5, 3.6, 3.7), end to end (all on 3.6, the
+## v37-marked on 3.7, the upgrade chain 3.4 -> 3.5 -> 3.6 -> 3.7), template
 test: deps
 	@$(PYTHON) tools/stages.py check build-tests unit adapters e2e template-check
 
@@ -77,7 +83,7 @@ $(ADAPTER_RUNS): adapters-%: deps
 	ETCD_BIN=$$bin PATH=$$(dirname $$bin):$$PATH PYTHON=$(VENV)/bin/python \
 		$(CARGO) test --locked --test etcd_adapter --test aws_adapters --test backups -- --test-threads=1
 
-e2e: $(E2E_RUNS) e2e-upgrade
+e2e: e2e-3.6 e2e-3.7
 
 # E2E_WORKERS tests at a time (pytest-xdist, --dist loadgroup: each test to the next free
 # worker, but the demo steps' module-long simulation's, grouped, on one). Each simulation has
@@ -86,11 +92,16 @@ e2e: $(E2E_RUNS) e2e-upgrade
 # tests go first (their `long` marks, tests/e2e/conftest.py), and instances poll through one warm
 # AWS CLI per simulation (sim/warm_aws.py): four at a time keep the two cores about 90% busy.
 E2E_WORKERS       ?= 4
-$(E2E_RUNS): e2e-%: deps build
-	@echo "end-to-end tests on etcd $*"
-	ETCD_VERSION=$* $(VENV)/bin/python -m pytest -q -n $(E2E_WORKERS) --dist loadgroup --durations=5 tests/e2e --ignore=tests/e2e/test_upgrade.py
+e2e-3.6: deps build
+	@echo "end-to-end tests on etcd 3.6"
+	ETCD_VERSION=3.6 $(VENV)/bin/python -m pytest -q -n $(E2E_WORKERS) --dist loadgroup --durations=5 tests/e2e --ignore=tests/e2e/test_upgrade.py
 
-## e2e-upgrade: a 3.4 cluster replaced member by member with 3.5 (once, whatever ETCD_VERSIONS)
+# The v37 tests and the upgrade chain (which ends on 3.7).
+e2e-3.7: deps build
+	@echo "end-to-end tests on etcd 3.7 (those marked v37, and the upgrade chain)"
+	ETCD_VERSION=3.7 $(VENV)/bin/python -m pytest -q -n $(E2E_WORKERS) --dist loadgroup --durations=5 -m v37 tests/e2e
+
+## e2e-upgrade: a 3.4 cluster rolled to 3.5, 3.6 and 3.7, member by member (part of e2e-3.7)
 e2e-upgrade: deps build
 	$(VENV)/bin/python -m pytest -q tests/e2e/test_upgrade.py
 
@@ -111,7 +122,7 @@ template-sync:
 build:
 	$(CARGO) build --locked
 
-deps: apt etcd35 python-tools client-tools
+deps: apt etcd35 etcd-builds python-tools client-tools
 
 # The client library of the end-to-end tests (npm etcd3, tests/clients/package-lock.json pins it
 # and everything it needs by hash), with the machine's Node.js (APT_PACKAGES: nodejs).
@@ -121,6 +132,12 @@ client-tools: apt
 		command -v npm >/dev/null || apt-get install -y -qq --no-install-recommends npm; \
 		npm ci --prefix tests/clients --ignore-scripts --no-audit --no-fund --loglevel=error && touch $$stamp; \
 	fi
+
+# etcd 3.5, 3.6 and 3.7 from their Go modules, one after the other (each build uses both cores);
+# skipped when the cache holds a build of exactly that go.sum. GOTOOLCHAIN=local: the machine's Go.
+etcd-builds: $(ETCD_BUILD_RUNS)
+$(ETCD_BUILD_RUNS): etcd-%:
+	@tools/build-etcd.sh $* $(CACHE)/etcd-$*
 
 etcd35: apt
 	@tools/install-etcd.sh $(ETCD35_HOME) $(ETCD35_SUITE) $(ETCD35_VERSION) $(ETCD35_SERVER_SHA) $(ETCD35_CLIENT_SHA)
@@ -164,4 +181,4 @@ bench: deps
 	$(VENV)/bin/python -m sim.bench --binary $(CARGO_TARGET_DIR)/release/bootstrap
 
 clean:
-	rm -rf $(CARGO_TARGET_DIR) $(VENV) $(TEMPLATE_VENV) $(CHECKOV_VENV) $(ETCD35_HOME)
+	rm -rf $(CARGO_TARGET_DIR) $(VENV) $(TEMPLATE_VENV) $(CHECKOV_VENV) $(ETCD35_HOME) $(addprefix $(CACHE)/etcd-,$(ETCD_MINORS))

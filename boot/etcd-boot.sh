@@ -284,8 +284,18 @@ fetch_config() {
         fi
         log "member data in $DATA_DIR but no $CONFIG_FILE: fetching it again"
     fi
-    local name="$PARAMETER_PREFIX/members/$INSTANCE_ID" value peer client url sha
+    local name="$PARAMETER_PREFIX/members/$INSTANCE_ID" value peer client url sha want have
     value=$(wait_for_parameter "$name")
+    # The config names the etcd release the function planned for (this instance's
+    # etcd-asg-etcd-version tag): never start another one with it.
+    want=$(sed -n 's/^ETCD_ASG_ETCD_VERSION=//p' <<< "$value")
+    if [ -n "$want" ]; then
+        have=$("$ETCD_BIN" --version 2>/dev/null | sed -n 's/^etcd Version: //p')
+        if [ "$have" != "$want" ]; then
+            log "REFUSING to start: the config is for etcd $want (this instance's etcd-asg-etcd-version tag), but $ETCD_BIN is etcd ${have:-unknown}: the stack's EtcdVersion and EtcdDownloadUrl disagree"
+            exit 5
+        fi
+    fi
     url=$(sed -n 's/^ETCD_ASG_RESTORE_URL=//p' <<< "$value")
     sha=$(sed -n 's/^ETCD_ASG_RESTORE_SHA256=//p' <<< "$value")
     mkdir -p "$(dirname "$CONFIG_FILE")"

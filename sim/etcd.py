@@ -1,13 +1,16 @@
 """Which etcd binary to run, and just enough of etcd's v3 JSON gateway for checks and the writer.
 
-Two etcd versions are at hand (`make deps` installs both):
+The etcd versions at hand (`make deps` provides them all):
 
-- 3.4: Debian's ``etcd-server`` package (bookworm, 3.4.23), ``/usr/bin/etcd``;
-- 3.5: Debian's ``sid`` packages (3.5.30), unpacked by ``tools/install-etcd.sh`` into the build
-  cache; ``ETCD35_BIN`` (the Makefile exports it) names its ``etcd``, with ``etcdctl`` and
-  ``etcdutl`` beside it.
+- 3.5, 3.6, 3.7: built from etcd's own Go modules by ``tools/build-etcd.sh`` (pinned by
+  ``tools/etcd/<minor>/go.mod`` and ``go.sum``) into ``$CACHE/etcd-<minor>/bin``, with
+  ``etcdctl`` and ``etcdutl`` beside ``etcd``;
+- 3.4: Debian's ``etcd-server`` package (bookworm, 3.4.23), ``/usr/bin/etcd``: the first leg of
+  the upgrade chain only;
+- 3.5.30: Debian's ``sid`` packages, unpacked by ``tools/install-etcd.sh``: a 3.5 below etcd's
+  floor for leaving 3.5 (3.5.32), for the upgrade chain's version gate.
 
-``ETCD_VERSION`` (3.4 or 3.5, default 3.4) picks the simulation's; ``python -m sim.etcd 3.5``
+``ETCD_VERSION`` (default 3.6, the stack's) picks the simulation's; ``python -m sim.etcd 3.7``
 prints a version's path (the Makefile hands it to the Rust adapter tests as ``ETCD_BIN``).
 """
 
@@ -27,21 +30,24 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
-VERSIONS = ("3.4", "3.5")
-DEFAULT_VERSION = "3.4"
-# The exact releases the tests are pinned to (the Makefile pins the packages).
-EXACT = {"3.4": "3.4.23", "3.5": "3.5.30"}
-ETCD35_DEFAULT = "/var/tmp/etcd-asg-lifecycle/etcd-3.5.30-2/usr/bin/etcd"
+VERSIONS = ("3.4", "3.5.30", "3.5", "3.6", "3.7")
+DEFAULT_VERSION = "3.6"
+CACHE = os.environ.get("CACHE", "/var/tmp/etcd-asg-lifecycle")
+# The exact releases the tests are pinned to (tools/etcd/*/go.mod, the Makefile's Debian pins).
+EXACT = {"3.4": "3.4.23", "3.5.30": "3.5.30", "3.5": "3.5.36", "3.6": "3.6.17", "3.7": "3.7.4"}
 
 
 def binary(version: str | None = None) -> str:
-    """The path of etcd `version` (default: ``ETCD_VERSION``, else 3.4), checked to be that version."""
+    """The path of etcd `version` (default: ``ETCD_VERSION``, else 3.6), checked to be that version."""
     version = version or os.environ.get("ETCD_VERSION") or DEFAULT_VERSION
     if version == "3.4":
         path, install = "/usr/bin/etcd", "apt-get install etcd-server (make deps)"
-    elif version == "3.5":
-        path = os.environ.get("ETCD35_BIN") or ETCD35_DEFAULT
+    elif version == "3.5.30":
+        path = os.environ.get("ETCD35_BIN") or f"{CACHE}/etcd-3.5.30-2/usr/bin/etcd"
         install = "make etcd35 (tools/install-etcd.sh; part of make deps)"
+    elif version in VERSIONS:
+        path = f"{os.environ.get('ETCD_BUILDS') or CACHE}/etcd-{version}/bin/etcd"
+        install = f"make etcd-builds (tools/build-etcd.sh {version}; part of make deps)"
     else:
         raise ValueError(f"ETCD_VERSION must be one of {', '.join(VERSIONS)}, not {version!r}")
     if not os.access(path, os.X_OK):
@@ -50,6 +56,11 @@ def binary(version: str | None = None) -> str:
     if found != EXACT[version]:
         raise RuntimeError(f"etcd {version}: {path} is etcd {found}, the tests want {EXACT[version]}")
     return path
+
+
+def minor(version: str | None = None) -> str:
+    """The minor of the simulation's etcd (``3.6`` for ETCD_VERSION 3.6)."""
+    return ".".join(EXACT[version or os.environ.get("ETCD_VERSION") or DEFAULT_VERSION].split(".")[:2])
 
 
 @functools.lru_cache(maxsize=None)

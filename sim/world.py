@@ -30,6 +30,7 @@ NFT = shutil.which("nft") or "/usr/sbin/nft"
 ROOT = Path(__file__).resolve().parent.parent
 BOOT_SCRIPT = ROOT / "boot" / "etcd-boot.sh"
 ADDRESS_TAG = "etcd-address"
+VERSION_TAG = "etcd-asg-etcd-version"  # src/model.rs VERSION_TAG
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
                "AWS_DEFAULT_REGION": "us-east-1"}
 
@@ -576,7 +577,11 @@ class Simulation:
         """An instance starting: it gets an address, then runs the boot script of the template
         (with a deployment: the user data of its launch template, which sets PARAMETER_PREFIX)."""
         address = next(self._addresses)
-        self.ec2.create_tags(Resources=[iid], Tags=[{"Key": ADDRESS_TAG, "Value": address}])
+        # The address and the etcd release it runs, as the stack's launch template and group
+        # tags declare them (`etcd-asg-etcd-version`, propagated at launch from EtcdVersion).
+        etcd_bin = self.etcd_bin
+        self.ec2.create_tags(Resources=[iid], Tags=[{"Key": ADDRESS_TAG, "Value": address},
+                                                    {"Key": VERSION_TAG, "Value": etcd.version_of(etcd_bin)}])
         data_dir = os.path.join(self.workdir, iid)
         os.makedirs(data_dir, exist_ok=True)
         if self.dead_on_arrival > 0:
@@ -594,7 +599,7 @@ class Simulation:
             "DATA_DIR": os.path.join(data_dir, "data"),
             "CONFIG_FILE": os.path.join(data_dir, "etcd.env"),
             "BOOT_MODE": "exec",
-            "ETCD_BIN": self.etcd_bin,
+            "ETCD_BIN": etcd_bin,
             "POLL_SECONDS": "0.5",
             "POLL_MAX_SECONDS": "3",
             "TLS_DIR": os.path.join(data_dir, "pki"),

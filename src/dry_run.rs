@@ -260,6 +260,7 @@ impl<B: Backups> Backups for DryRun<B> {
             taken_at: facts.taken_at,
             revision: facts.revision,
             size: 0,
+            etcd_version: None,
         };
         Ok((backup, String::new()))
     }

@@ -240,6 +240,7 @@ impl Backups for Fake {
             taken_at: facts.taken_at,
             revision: facts.revision,
             size: content.len() as u64,
+            etcd_version: None,
         };
         let content = String::from_utf8(content).unwrap();
         if w.faults.split.contains("store") {
@@ -315,6 +316,7 @@ impl Fake {
             launched_at,
             healthy: true,
             zone: None,
+            etcd_version: Some(crate::model::Version::new(3, 6, 17)),
         });
         id
     }
@@ -812,6 +814,7 @@ impl Members for Fake {
                 history_compacted: w.compacted > 0
                     && w.compacted >= w.db.values().map(|s| s.revision).max().unwrap_or(0),
                 auth_enabled: w.auth_enabled,
+                cluster_version: Some(crate::model::Version::new(3, 6, 0)),
                 peer_connected: w
                     .members
                     .iter()

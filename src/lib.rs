@@ -16,6 +16,7 @@ pub mod planner;
 pub mod ports;
 pub mod reconciler;
 pub mod snapshot;
+pub mod versions;
 
 #[cfg(test)]
 mod fake;

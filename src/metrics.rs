@@ -64,6 +64,29 @@ impl Metrics {
             .filter(|w| matches!(w, Wait::ReplacementSuspended { .. }))
             .count();
         m.set("ReplacementsSuspended", suspended as i64, "Count");
+        // Instances held because etcd would not let their release join yet, or whose release is
+        // unknown, and restores with no backup the seed's etcd can read (VersionGateAlarm).
+        let gated = waits
+            .iter()
+            .filter(|w| {
+                matches!(
+                    w,
+                    Wait::VersionGate { .. }
+                        | Wait::VersionUnknown { .. }
+                        | Wait::NoRestorableBackup { .. }
+                )
+            })
+            .count();
+        m.set("VersionGated", gated as i64, "Count");
+        // Members etcd raised its CORRUPT alarm for (CorruptMemberAlarm).
+        if let ClusterState::Known(view) = &obs.cluster {
+            let corrupt = view
+                .alarms
+                .iter()
+                .filter(|a| a.kind == crate::model::CORRUPT)
+                .count();
+            m.set("CorruptMembers", corrupt as i64, "Count");
+        }
         if obs.backups_failing.is_some() {
             // Once per invocation: its listing, a snapshot or an upload failed (BackupFailingAlarm).
             m.set("BackupFailed", 1, "Count");
@@ -233,6 +256,7 @@ mod tests {
                 launched_at: 940,
                 healthy: true,
                 zone: None,
+                etcd_version: None,
             }],
             cluster: ClusterState::Known(ClusterView {
                 cluster_id: 1,
@@ -252,6 +276,7 @@ mod tests {
                 alarms: vec![],
                 history_compacted: false,
                 auth_enabled: false,
+                cluster_version: None,
                 peer_connected: Default::default(),
             }),
             published: PublishedState::default(),

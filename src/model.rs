@@ -3,6 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+pub use crate::versions::Version;
+
 /// Seconds since the Unix epoch. The planner never reads a clock: time is passed in.
 pub type Timestamp = i64;
 
@@ -162,6 +164,10 @@ pub struct Instance {
     pub healthy: bool,
     /// Its Availability Zone, as Auto Scaling lists it.
     pub zone: Option<String>,
+    /// The etcd release it runs, as its `etcd-asg-etcd-version` tag declares (the stack's group
+    /// propagates it at launch; the boot script refuses to start any other release). None: the
+    /// tag is missing or not a version, and the instance is never seeded or joined.
+    pub etcd_version: Option<Version>,
 }
 
 /// One etcd member, as the members API lists it.
@@ -236,6 +242,9 @@ pub struct ClusterView {
     /// Whether etcd's authentication is on (asked only when the function holds root tokens,
     /// TLS=managed; false otherwise).
     pub auth_enabled: bool,
+    /// The cluster version (`etcdcluster` of the answering member's `/version`): the lowest
+    /// minor every member runs, raised by the leader. None: not decided yet, or unreadable.
+    pub cluster_version: Option<Version>,
     /// Started members that did not answer the function but to which an answering member
     /// reports an active raft connection (etcd's `etcd_network_active_peers` gauge): down for
     /// the function only. Asked only when a started member does not answer.
@@ -253,6 +262,11 @@ pub struct MemberStatus {
 }
 
 impl MemberStatus {
+    /// The release the member says it runs; None if that is not a version.
+    pub fn etcd_version(&self) -> Option<Version> {
+        self.version.parse().ok()
+    }
+
     /// Bytes of the file that hold no data (reclaimed by defragmentation).
     pub fn free(&self) -> u64 {
         self.db_size.saturating_sub(self.db_size_in_use)
@@ -274,7 +288,25 @@ pub fn quorum(n: usize) -> usize {
 /// etcd's alarm that the backend quota is full: writes stop until it is disarmed.
 pub const NOSPACE: &str = "NOSPACE";
 
+/// etcd's alarm that a member's data differs from its peers' (the initial or the periodic
+/// corruption check found it): etcd names the member it believes corrupt.
+/// https://etcd.io/docs/v3.6/op-guide/data_corruption/
+pub const CORRUPT: &str = "CORRUPT";
+
+/// The instance tag that declares which etcd release an instance runs (the stack's group
+/// propagates it at launch from `EtcdVersion`).
+pub const VERSION_TAG: &str = "etcd-asg-etcd-version";
+
 impl ClusterView {
+    /// The members etcd raised its CORRUPT alarm for.
+    pub fn corrupt(&self) -> BTreeSet<MemberId> {
+        self.alarms
+            .iter()
+            .filter(|a| a.kind == CORRUPT)
+            .map(|a| a.member)
+            .collect()
+    }
+
     /// Whether the cluster has raised the space alarm.
     pub fn nospace(&self) -> bool {
         self.alarms.iter().any(|a| a.kind == NOSPACE)
@@ -372,6 +404,9 @@ pub struct Backup {
     pub taken_at: Timestamp,
     pub revision: i64,
     pub size: u64,
+    /// The release of the etcd it was taken from, as its key names it (`-v<version>`); None
+    /// for a key of before versions were named (taken on 3.5 or older).
+    pub etcd_version: Option<Version>,
 }
 
 impl ClusterRecord {
@@ -461,6 +496,10 @@ pub struct MemberConfig {
     /// etcd): authentication is turned on only once every voter's config says so, since a
     /// member of an older config rejects the tokens.
     pub root_tokens: bool,
+    /// The etcd release the instance declared: etcd's corruption checks are named as that
+    /// release names them, and the boot script refuses to start another release with this config
+    /// (`ETCD_ASG_ETCD_VERSION`, which it keeps from etcd).
+    pub etcd_version: Option<Version>,
 }
 
 impl MemberConfig {
@@ -508,6 +547,10 @@ impl MemberConfig {
                         r.url, r.sha256
                     )
                 })
+                .unwrap_or_default()
+            + &self
+                .etcd_version
+                .map(|v| format!("ETCD_ASG_ETCD_VERSION={v}\n{}", v.corruption_check_env()))
                 .unwrap_or_default()
     }
 
@@ -584,6 +627,10 @@ impl MemberConfig {
             client_cert_auth: vars.get("ETCD_CLIENT_CERT_AUTH") == Some(&"true"),
             metrics_url: vars.get("ETCD_LISTEN_METRICS_URLS").map(|u| u.to_string()),
             root_tokens: vars.get("ETCD_ASG_ROOT_TOKENS") == Some(&"jwt"),
+            etcd_version: vars
+                .get("ETCD_ASG_ETCD_VERSION")
+                .map(|v| v.parse())
+                .transpose()?,
         })
     }
 }
@@ -805,6 +852,7 @@ mod tests {
             restore: None,
             client_cert_auth: false,
             root_tokens: false,
+            etcd_version: None,
             metrics_url: None,
         };
         let env = cfg.to_env();
@@ -820,6 +868,7 @@ mod tests {
         let tls = MemberConfig {
             client_cert_auth: true,
             root_tokens: true,
+            etcd_version: None,
             metrics_url: Some("http://10.0.0.2:2381".into()),
             ..cfg
         };
@@ -845,6 +894,7 @@ mod tests {
             client_cert_auth: false,
             metrics_url: None,
             root_tokens: false,
+            etcd_version: None,
         };
         for (peer, want) in [
             ("https://10.0.1.13:2380", Some("10.0.1.13")),
@@ -867,6 +917,7 @@ mod tests {
             launched_at: 0,
             healthy: true,
             zone: None,
+            etcd_version: None,
         };
         let group = GroupState {
             instances: vec![instance("i-1"), instance("i-2"), instance("i-3")],

@@ -104,6 +104,17 @@ async fn group_with_hooks(sdk: &aws_config::SdkConfig, name: &str, n: i32) -> Ve
                     .value(format!("127.0.9.{}", k + 1))
                     .build(),
             )
+            // The first declares its etcd release; the second a value that is none.
+            .tags(
+                Tag::builder()
+                    .key(etcd_asg_lifecycle::model::VERSION_TAG)
+                    .value(if k == 0 {
+                        "3.6.17"
+                    } else {
+                        "3.6.17\nETCD_DATA_DIR=/"
+                    })
+                    .build(),
+            )
             .send()
             .await
             .unwrap();
@@ -143,6 +154,10 @@ async fn group_instances_and_lifecycle_actions() {
         );
         assert!(i.launched_at > 1_700_000_000, "{i:?}");
     }
+    // The version its tag declares, read as a fact; a value that is not a version is none.
+    let version = |id: &str| by_tag.iter().find(|i| i.id == id).unwrap().etcd_version;
+    assert_eq!(version(&ids[0]), Some("3.6.17".parse().unwrap()));
+    assert_eq!(version(&ids[1]), None);
     // A tag anyone may set: a value that is not an IP or host name gives no address at all,
     // rather than being spliced into initial-cluster and the env file.
     aws_sdk_ec2::Client::new(&sdk)
@@ -379,6 +394,7 @@ async fn published_config_round_trips_through_ssm() {
         restore: None,
         client_cert_auth: false,
         root_tokens: false,
+        etcd_version: None,
         metrics_url: None,
     };
     store.publish("i-00000001", ARN, &config).await.unwrap();
@@ -734,6 +750,7 @@ async fn a_write_applied_whose_answer_was_lost_is_already_done_when_retried() {
         client_cert_auth: false,
         metrics_url: None,
         root_tokens: false,
+        etcd_version: None,
     };
     store.publish("i-1", arn, &config).await.unwrap();
     let loaded = store.load().await.unwrap();

@@ -897,3 +897,117 @@ async fn the_functions_certificate_is_issued_again_before_it_ends() {
         .unwrap();
     renewing.remove(&m.client, learner).await.unwrap();
 }
+
+/// A gateway in front of one member that behaves as etcd 3.6.0-3.6.8 do with authentication on
+/// (https://github.com/etcd-io/etcd/blob/v3.6.0/CHANGELOG/CHANGELOG-3.6.md, #14663; MemberList
+/// needs a user only from 3.6.9): Status without a token is refused for naming no user (the
+/// grpc-gateway v2 error of 3.6), everything else is passed to the member as it came. One request
+/// per connection (the forwarded one says `Connection: close`). Returns its URL.
+fn gateway_refusing_status_without_a_token(member: &str) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let upstream = member.trim_start_matches("http://").to_string();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let upstream = upstream.clone();
+            std::thread::spawn(move || {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 8192];
+                let head_end = loop {
+                    let Ok(n) = conn.read(&mut buf) else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                    if let Some(p) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break p + 4;
+                    }
+                };
+                let head = String::from_utf8_lossy(&request[..head_end]).to_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse().unwrap_or(0));
+                while request.len() < head_end + length {
+                    let Ok(n) = conn.read(&mut buf) else { return };
+                    if n == 0 {
+                        break;
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                }
+                let status = head.starts_with("post /v3/maintenance/status ");
+                let token = head.lines().any(|l| l.starts_with("authorization:"));
+                if status && !token {
+                    let body =
+                        r#"{"code":3,"message":"etcdserver: user name is empty","details":[]}"#;
+                    let _ = write!(
+                        conn,
+                        "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    return;
+                }
+                // Forwarded with `Connection: close`, so that the answer ends with the stream.
+                let text = String::from_utf8_lossy(&request[..head_end]).to_string();
+                let mut lines: Vec<&str> = text
+                    .split("\r\n")
+                    .filter(|l| !l.to_lowercase().starts_with("connection:"))
+                    .collect();
+                lines.retain(|l| !l.is_empty());
+                let mut forwarded = lines.join("\r\n").into_bytes();
+                forwarded.extend_from_slice(b"\r\nConnection: close\r\n\r\n");
+                forwarded.extend_from_slice(&request[head_end..]);
+                let Ok(mut up) = std::net::TcpStream::connect(&upstream) else {
+                    return;
+                };
+                let mut answer = Vec::new();
+                if up.write_all(&forwarded).is_ok() && up.read_to_end(&mut answer).is_ok() {
+                    let _ = conn.write_all(&answer);
+                }
+            });
+        }
+    });
+    url
+}
+
+/// The 3.6.0-3.6.8 case: a function that has not yet seen authentication on (a fresh
+/// environment) lists members without a token, which those releases answer, then probes each
+/// member's status, which they refuse without one. Every probe refused would read as no leader,
+/// the cluster as unreachable; the probe asks again with root's token instead.
+#[tokio::test]
+async fn status_refused_without_a_token_while_member_list_answers_is_asked_again_as_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = now();
+    let mut ca = etcd_asg_lifecycle::pki::Ca::generate("gateway-36", now).unwrap();
+    ca.token_key = Some(etcd_asg_lifecycle::pki::generate_token_key().unwrap());
+    let mut n1 = Etcd::new("n1", dir.path());
+    let gateway = gateway_refusing_status_without_a_token(&n1.client_url);
+    n1.advertised_client_url = gateway.clone();
+    n1.start(&format!("n1={}", n1.peer_url), "new");
+    let function = EtcdMembers::new(Duration::from_secs(3), None)
+        .unwrap()
+        .with_root(ca.root_tokens().unwrap());
+    let v = eventually(
+        "the member seen through the 3.6.0-3.6.8 gateway",
+        30,
+        || async {
+            match function.observe(std::slice::from_ref(&gateway), None).await {
+                ClusterState::Known(v) if v.leader.is_some() => Some(v),
+                _ => None,
+            }
+        },
+    )
+    .await;
+    assert_eq!(v.members.len(), 1);
+    assert!(v.healthy.contains(&v.members[0].id), "{v:?}");
+    let version = v.statuses[&v.members[0].id].version.clone();
+    assert!(version.starts_with("3."), "{version}");
+    // Without root's tokens the same member is never seen healthy: the refusal is real.
+    let plain = EtcdMembers::new(Duration::from_secs(3), None).unwrap();
+    match plain.observe(std::slice::from_ref(&gateway), None).await {
+        ClusterState::Known(v) => assert!(v.healthy.is_empty() && v.leader.is_none(), "{v:?}"),
+        ClusterState::Unreachable { .. } => {}
+    }
+}

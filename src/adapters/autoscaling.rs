@@ -30,7 +30,16 @@ pub struct AutoScalingGroup {
     /// instance leaves the group or goes past its terminate hook. With `ADDRESS_SOURCE=tag:…`
     /// the tag is read once per instance and environment: a tag changed later is not seen
     /// (docs/configuration.md).
-    known: Mutex<HashMap<String, (String, i64)>>,
+    known: Mutex<HashMap<String, Described>>,
+}
+
+/// What EC2 tells of one instance: its address (as ADDRESS_SOURCE says), launch time, and the
+/// etcd release its `etcd-asg-etcd-version` tag declares.
+#[derive(Clone, Debug, Default)]
+struct Described {
+    address: Option<String>,
+    launched: i64,
+    version: Option<crate::model::Version>,
 }
 
 impl AutoScalingGroup {
@@ -71,7 +80,7 @@ impl AutoScalingGroup {
     /// <https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeInstances.html>), one
     /// for each, at once, so that only the ids EC2 fails for go without. An instance EC2
     /// answers for but does not list (gone) has no address and is not among the failed.
-    async fn ask_ec2(&self, ids: Vec<String>) -> (HashMap<String, (Option<String>, i64)>, Failed) {
+    async fn ask_ec2(&self, ids: Vec<String>) -> (HashMap<String, Described>, Failed) {
         if ids.is_empty() {
             return Default::default();
         }
@@ -110,7 +119,7 @@ impl AutoScalingGroup {
     async fn describe_instances(
         &self,
         ids: Vec<String>,
-    ) -> Result<HashMap<String, (Option<String>, i64)>, (String, bool)> {
+    ) -> Result<HashMap<String, Described>, (String, bool)> {
         let mut out = HashMap::new();
         let mut pages = self
             .ec2
@@ -134,7 +143,12 @@ impl AutoScalingGroup {
             for i in page.reservations().iter().flat_map(|r| r.instances()) {
                 let Some(id) = i.instance_id() else { continue };
                 let launched = i.launch_time().map_or(0, |t| t.secs());
-                out.insert(id.to_string(), (self.address_of(id, i), launched));
+                let described = Described {
+                    address: self.address_of(id, i),
+                    launched,
+                    version: version_of(id, i),
+                };
+                out.insert(id.to_string(), described);
             }
         }
         Ok(out)
@@ -159,6 +173,21 @@ impl AutoScalingGroup {
             ok
         })
     }
+}
+
+/// The release an instance's `etcd-asg-etcd-version` tag declares; a tag that is not a version is
+/// none at all (logged), and the instance is never seeded or joined.
+fn version_of(id: &str, i: &aws_sdk_ec2::types::Instance) -> Option<crate::model::Version> {
+    let tag = i
+        .tags()
+        .iter()
+        .find(|t| t.key() == Some(crate::model::VERSION_TAG))?
+        .value()?;
+    tag.parse()
+        .map_err(|e: String| {
+            tracing::warn!(instance = id, tag = crate::model::VERSION_TAG, value = %shown(tag), "version tag rejected: {}", shown(&e));
+        })
+        .ok()
 }
 
 impl Group for AutoScalingGroup {
@@ -190,6 +219,7 @@ impl Group for AutoScalingGroup {
                     // "Healthy" or "Unhealthy"; anything else is not a mark against it.
                     healthy: i.health_status() != Some("Unhealthy"),
                     zone: i.availability_zone().map(str::to_string),
+                    etcd_version: None,
                 })
             })
             .collect();
@@ -226,16 +256,17 @@ impl Group for AutoScalingGroup {
             .cloned()
             .collect();
         let (found, failed) = self.ask_ec2(ask).await;
-        for (id, (address, launched)) in &found {
-            if let Some(a) = address {
-                known.insert(id.clone(), (a.clone(), *launched));
+        for (id, d) in &found {
+            // Its tags are set at launch (the group propagates the version tag with the
+            // instance's own creation), so the version comes with the address.
+            if d.address.is_some() {
+                known.insert(id.clone(), d.clone());
             }
         }
         for i in &mut group.instances {
-            if let Some((address, launched)) = known.get(&i.id) {
-                (i.address, i.launched_at) = (Some(address.clone()), *launched);
-            } else if let Some((address, launched)) = found.get(&i.id) {
-                (i.address, i.launched_at) = (address.clone(), *launched);
+            if let Some(d) = known.get(&i.id).or_else(|| found.get(&i.id)) {
+                (i.address, i.launched_at) = (d.address.clone(), d.launched);
+                i.etcd_version = d.version;
             }
         }
         for (id, why) in &failed {

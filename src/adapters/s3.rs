@@ -89,8 +89,15 @@ pub fn parse_stamp(s: &str) -> Option<Timestamp> {
 
 impl S3Backups {
     fn key(&self, facts: &SnapshotFacts) -> String {
+        // The version the member said it runs, when it is one: what a restore needs to know
+        // without reading the manifest (`versions::can_restore`).
+        let version = facts
+            .etcd_version
+            .parse::<crate::model::Version>()
+            .map(|v| format!("-v{v}"))
+            .unwrap_or_default();
         format!(
-            "{}/{}/{}-rev{:012}.db",
+            "{}/{}/{}-rev{:012}{version}.db",
             self.prefix,
             facts.token,
             stamp(facts.taken_at),
@@ -98,17 +105,23 @@ impl S3Backups {
         )
     }
 
-    /// `<prefix>/<token>/<stamp>-rev<revision>.db` → the backup, or None for anything else.
+    /// `<prefix>/<token>/<stamp>-rev<revision>[-v<version>].db` → the backup, or None for
+    /// anything else.
     fn parse_key(&self, key: &str, size: u64) -> Option<Backup> {
         let rest = key.strip_prefix(&self.prefix)?.strip_prefix('/')?;
         let (token, file) = rest.split_once('/')?;
         let (stamp, revision) = file.strip_suffix(".db")?.split_once("-rev")?;
+        let (revision, etcd_version) = match revision.split_once("-v") {
+            Some((revision, version)) => (revision, Some(version.parse().ok()?)),
+            None => (revision, None),
+        };
         Some(Backup {
             key: key.to_string(),
             token: token.to_string(),
             taken_at: parse_stamp(stamp)?,
             revision: revision.parse().ok()?,
             size,
+            etcd_version,
         })
     }
 
@@ -330,6 +343,7 @@ impl Backups for S3Backups {
             taken_at: facts.taken_at,
             revision: facts.revision,
             size,
+            etcd_version: facts.etcd_version.parse().ok(),
         };
         Ok((backup, sha256))
     }

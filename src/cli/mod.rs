@@ -25,7 +25,10 @@ pub struct Row {
     pub healthy: bool,
     pub db_size: Option<u64>,
     pub db_in_use: Option<u64>,
+    /// The release the member says it runs; `-` for an instance whose etcd does not answer.
     pub version: String,
+    /// The release the instance declares (its `etcd-asg-etcd-version` tag).
+    pub declared: String,
     pub config_published: bool,
 }
 
@@ -64,6 +67,7 @@ fn member_row(member: Option<(&ClusterView, &Member)>) -> Row {
             db_size: None,
             db_in_use: None,
             version: String::new(),
+            declared: String::new(),
             config_published: false,
         };
     };
@@ -108,6 +112,7 @@ pub fn rows(obs: &Observation, peer_url: impl Fn(&str) -> String) -> Vec<Row> {
                 zone: i.zone.clone().unwrap_or_else(|| "-".into()),
                 address,
                 config_published: obs.published.members.contains_key(&i.id),
+                declared: i.etcd_version.map(|v| v.to_string()).unwrap_or_default(),
                 ..member_row(m)
             }
         })
@@ -153,7 +158,7 @@ pub fn status_text(obs: &Observation, plan: &Plan, rows: &[Row]) -> String {
         "started",
         "healthy",
         "db MiB / in use",
-        "etcd",
+        "etcd / tag",
         "config",
     ]);
     for r in rows {
@@ -167,11 +172,19 @@ pub fn status_text(obs: &Observation, plan: &Plan, rows: &[Row]) -> String {
             yes(r.started).into(),
             yes(r.healthy).into(),
             format!("{} / {}", mib(r.db_size), mib(r.db_in_use)),
-            if r.version.is_empty() {
-                "-".into()
-            } else {
-                r.version.clone()
-            },
+            format!(
+                "{} / {}",
+                if r.version.is_empty() {
+                    "-"
+                } else {
+                    &r.version
+                },
+                if r.declared.is_empty() {
+                    "-"
+                } else {
+                    &r.declared
+                }
+            ),
             (if r.config_published { "published" } else { "-" }).into(),
         ]);
     }
@@ -231,6 +244,13 @@ fn state_lines(obs: &Observation) -> String {
         }
         None => out += "cluster record: none (no cluster bootstrapped yet)\n",
     }
+    if let ClusterState::Known(v) = &obs.cluster {
+        out += &format!(
+            "cluster version: {}\n",
+            v.cluster_version
+                .map_or("unknown".into(), |c| c.minor_str())
+        );
+    }
     match &obs.cluster {
         ClusterState::Known(v) if v.alarms.is_empty() => out += "alarms: none\n",
         ClusterState::Known(v) => {
@@ -272,6 +292,10 @@ pub fn status_json(obs: &Observation, plan: &Plan, rows: &[Row]) -> Value {
             "served": r.has_served(), "cluster_id": r.cluster_id.map(|id| format!("{id:x}")),
         })),
         "reachable": reachable,
+        "cluster_version": match &obs.cluster {
+            ClusterState::Known(v) => v.cluster_version.map(|c| c.to_string()),
+            ClusterState::Unreachable { .. } => None,
+        },
         "alarms": alarms,
         "plan": plan_json(plan),
     })
@@ -542,6 +566,7 @@ mod tests {
                 launched_at: 1,
                 healthy: true,
                 zone: None,
+                etcd_version: None,
             }],
             cluster: ClusterState::Known(ClusterView {
                 cluster_id: 1,
@@ -562,6 +587,7 @@ mod tests {
                 alarms: vec![],
                 history_compacted: false,
                 auth_enabled: false,
+                cluster_version: None,
                 peer_connected: Default::default(),
             }),
             published: PublishedState::default(),

@@ -70,6 +70,7 @@ impl Topology {
         initial_cluster: Vec<(String, String)>,
         state: InitialState,
         token: String,
+        etcd_version: Option<crate::model::Version>,
     ) -> MemberConfig {
         MemberConfig {
             name: name.to_string(),
@@ -86,6 +87,7 @@ impl Topology {
             metrics_url: self
                 .metrics_port
                 .map(|p| format!("http://{}:{p}", host(address))),
+            etcd_version,
         }
     }
 }

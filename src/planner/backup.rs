@@ -24,6 +24,7 @@ use crate::model::{
     quorum, Backup, BackupRef, ClusterRecord, ClusterView, MemberId, MemberStatus, Observation,
     Restore, SnapshotFacts, Survivor, Timestamp,
 };
+use crate::versions::Version;
 
 /// A removal waits for a snapshot unless the last one is younger than this.
 pub const FRESH_SECS: i64 = 60;
@@ -152,7 +153,12 @@ pub fn recovery(
             "the cluster is lost for good; a launching instance will seed its restore ({detail})"
         ));
     };
-    match choose(obs, policy) {
+    let Some(restorer) = seed.etcd_version else {
+        return Plan::waiting(Wait::VersionUnknown {
+            instance: seed.id.clone(),
+        });
+    };
+    match choose_for(obs, policy, Some(restorer)) {
         Choice::Restore(backup) => Plan::only(Step::Restore {
             new: restored(record, &backup, &seed.id, settings, obs.now),
             old: record.clone(),
@@ -161,6 +167,11 @@ pub fn recovery(
         }),
         Choice::AwaitRequest => Plan::waiting(Wait::AwaitRestoreRequest {
             stale: stale_request(obs),
+        }),
+        Choice::Unreadable(skipped) => Plan::waiting(Wait::NoRestorableBackup {
+            instance: seed.id.clone(),
+            seed_version: restorer.to_string(),
+            skipped,
         }),
         Choice::NoBackup => unreachable(format!(
             "every member is gone and there is no backup to restore ({detail})"
@@ -223,7 +234,11 @@ pub fn latest<'a>(backups: &'a [Backup], token: &str) -> Option<&'a Backup> {
 
 /// The member to stream from: a healthy follower when there is one, else the leader.
 pub fn source(view: &ClusterView) -> Option<(MemberId, String)> {
-    let healthy = |id: &MemberId| view.healthy.contains(id) && view.statuses.contains_key(id);
+    // Never a member etcd found corrupt.
+    let corrupt = view.corrupt();
+    let healthy = |id: &MemberId| {
+        view.healthy.contains(id) && view.statuses.contains_key(id) && !corrupt.contains(id)
+    };
     let mut voters: Vec<_> = view
         .voters()
         .filter(|m| m.is_started() && healthy(&m.id))
@@ -334,6 +349,8 @@ pub enum Choice {
     /// RECOVERY=manual and no (valid) request yet.
     AwaitRequest,
     NoBackup,
+    /// Backups there are, but each was taken on a newer etcd than the seed's (their keys).
+    Unreadable(Vec<String>),
 }
 
 /// Whether every member of the cluster that served is gone for good: none of the instances its
@@ -416,12 +433,31 @@ pub fn stale_request(obs: &Observation) -> Option<StaleRequest> {
 }
 
 pub fn choose(obs: &Observation, policy: &BackupPolicy) -> Choice {
+    choose_for(obs, policy, None)
+}
+
+/// The backup to restore, readable by an etcd of `restorer`'s release (when known): one taken on
+/// a newer etcd is skipped (`versions::can_restore`), and named when nothing else is left.
+pub fn choose_for(obs: &Observation, policy: &BackupPolicy, restorer: Option<Version>) -> Choice {
     // The freshest of this cluster's lineage; an operator naming a key may pick any.
     let ours = |b: &&Backup| lineage(obs).is_none_or(|l| l.contains(&b.token.as_str()));
+    let readable = |b: &&Backup| match (b.etcd_version, restorer) {
+        (Some(taken_on), Some(restorer)) => crate::versions::can_restore(taken_on, restorer),
+        _ => true,
+    };
+    let skipped = |candidates: Vec<&Backup>| {
+        let keys: Vec<String> = candidates
+            .iter()
+            .filter(|b| !readable(b))
+            .map(|b| b.key.clone())
+            .collect();
+        (!keys.is_empty()).then_some(Choice::Unreadable(keys))
+    };
     let freshest = || {
         obs.backups
             .iter()
             .filter(ours)
+            .filter(readable)
             .max_by_key(|b| (b.taken_at, b.revision))
             .cloned()
     };
@@ -430,9 +466,20 @@ pub fn choose(obs: &Observation, policy: &BackupPolicy) -> Choice {
         Recovery::Manual => match request_for_this_generation(obs) {
             None => return Choice::AwaitRequest,
             Some("latest") => freshest(),
-            Some(key) => obs.backups.iter().find(|b| b.key == key).cloned(),
+            Some(key) => {
+                let named: Vec<&Backup> = obs.backups.iter().filter(|b| b.key == key).collect();
+                if let Some(unreadable) = skipped(named.clone()) {
+                    return unreadable;
+                }
+                named.first().map(|b| (*b).clone())
+            }
         },
     };
+    if found.is_none() {
+        if let Some(unreadable) = skipped(obs.backups.iter().filter(ours).collect()) {
+            return unreadable;
+        }
+    }
     match (found, policy.recovery) {
         (Some(b), _) => Choice::Restore(b),
         // A request naming no backup we have: keep waiting for a good one.
@@ -461,6 +508,7 @@ mod tests {
             taken_at,
             revision,
             size: 1,
+            etcd_version: None,
         }
     }
 

@@ -6,6 +6,7 @@ use super::step::{Removal, Step, Wait};
 use crate::model::{
     ActionResult, InitialState, Instance, LifecycleState, Member, MemberConfig, Transition,
 };
+use crate::versions::Admission;
 
 /// Rule 3: complete the launch of a started voter (CONTINUE), and of an instance whose learner
 /// was removed because it never started (ABANDON: the group replaces it).
@@ -88,6 +89,36 @@ fn remove(ctx: &Context, m: &Member, instance: Option<&Instance>, reason: Remova
     }
 }
 
+/// What etcd allows for `joiner`, from the versions observed: its declared release, the
+/// cluster version and every member's own (`crate::versions::admission`). Unknown versions wait.
+fn admission(ctx: &Context, joiner: &Instance) -> Admission {
+    let Some(version) = joiner.etcd_version else {
+        return Admission::Wait(format!(
+            "{} declares no etcd version (its {} tag)",
+            joiner.id,
+            crate::model::VERSION_TAG
+        ));
+    };
+    let Some(cluster) = ctx.view.cluster_version else {
+        return Admission::Wait("the cluster version is not known yet".into());
+    };
+    let members: Vec<(String, Option<crate::model::Version>)> = ctx
+        .view
+        .members
+        .iter()
+        .map(|m| {
+            let name = if m.is_started() {
+                m.name.clone()
+            } else {
+                m.id.to_string()
+            };
+            let v = ctx.view.statuses.get(&m.id).and_then(|s| s.etcd_version());
+            (name, v)
+        })
+        .collect();
+    crate::versions::admission(version, cluster, &members)
+}
+
 /// Every current member (unstarted ones and learners included) by the name it has or will
 /// have, so the joining etcd's view matches the member list exactly; and the address it names.
 fn join_config<'a>(ctx: &Context, instance: &'a Instance) -> Option<(MemberConfig, &'a str)> {
@@ -113,6 +144,7 @@ fn join_config<'a>(ctx: &Context, instance: &'a Instance) -> Option<(MemberConfi
         initial_cluster,
         InitialState::Existing,
         ctx.token(),
+        instance.etcd_version,
     );
     Some((config, address))
 }
@@ -127,8 +159,10 @@ pub fn joins(ctx: &Context) -> Vec<Step> {
     if let Some(v) = ctx.view.voters().find(|v| !v.is_started()) {
         return vec![Step::Wait(Wait::VoterNotStarted { member: v.id })];
     }
-    // etcd refuses every add while a voter is not connected: wait, and let the later rules
-    // replace the dead member (whose removal unblocks the join).
+    // Stricter than etcd: since 3.5.30 and 3.6.11 etcd accepts an add while a quorum of voters
+    // is connected (before, every voter had to be: `server/etcdserver/server.go`,
+    // mayAddMember / isConnectedQuorumSinceLess). An add while a voter is down would grow the
+    // quorum a dead member counts in: wait, and let the later rules replace the dead member.
     if let Some(v) = ctx.view.voters().find(|v| !ctx.healthy(v)) {
         let wants = ctx
             .obs
@@ -153,6 +187,34 @@ pub fn joins(ctx: &Context) -> Vec<Step> {
         let Some(peer_url) = ctx.peer_url(i) else {
             continue;
         };
+        match admission(ctx, i) {
+            Admission::Join => {}
+            Admission::Wait(why) => {
+                out.push(Step::Wait(Wait::VersionGate {
+                    instance: i.id.clone(),
+                    why,
+                }));
+                continue;
+            }
+            Admission::Refuse(why) => {
+                // Only a launch still held can be refused; one already in service waits.
+                out.push(if i.state == LifecycleState::PendingWait {
+                    Step::RefuseLaunch {
+                        instance: i.id.clone(),
+                        why,
+                    }
+                } else {
+                    Step::Wait(Wait::VersionGate {
+                        instance: i.id.clone(),
+                        why,
+                    })
+                });
+                if matches!(out.last(), Some(Step::RefuseLaunch { .. })) {
+                    break;
+                }
+                continue;
+            }
+        }
         if let Some(holder) = ctx
             .view
             .members

@@ -178,7 +178,8 @@ pub fn replacements(ctx: &Context) -> Vec<Step> {
     // replacement of a dead member is what unblocks it.)
     let change_under_way = ctx.view.learners().next().is_some()
         || ctx.obs.instances.iter().any(|i| being_replaced(ctx, i));
-    let mut out = down(ctx, change_under_way);
+    let mut out = corrupt(ctx, change_under_way);
+    out.extend(down(ctx, change_under_way || !out.is_empty()));
     out.extend(old_generation(ctx, change_under_way || !out.is_empty()));
     let busy = change_under_way
         || !out.is_empty()
@@ -224,6 +225,66 @@ fn being_replaced(ctx: &Context, i: &crate::model::Instance) -> bool {
         | LifecycleState::TerminatingProceed => true,
         _ => false,
     }
+}
+
+/// etcd's CORRUPT alarm (<https://etcd.io/docs/v3.6/op-guide/data_corruption/>): while it is
+/// raised the whole cluster refuses reads and writes (`applierV3Corrupt`,
+/// <https://github.com/etcd-io/etcd/blob/v3.6.17/server/etcdserver/apply/corrupt.go>). The member
+/// it names is replaced, one at a time and only while the others keep a quorum, never a
+/// majority (then an operator must choose whose data to keep); its removal takes a snapshot of a
+/// healthy member first (`backup::before_removal`, which never reads a corrupt one). Once the
+/// member is gone its alarm is disarmed.
+fn corrupt(ctx: &Context, change_under_way: bool) -> Vec<Step> {
+    let corrupt = ctx.view.corrupt();
+    if corrupt.is_empty() {
+        return vec![];
+    }
+    if let Some(alarm) = ctx
+        .view
+        .alarms
+        .iter()
+        .find(|a| a.kind == crate::model::CORRUPT && ctx.view.member(a.member).is_none())
+    {
+        return vec![Step::Disarm {
+            alarm: alarm.clone(),
+            endpoint: ctx.view.endpoint.clone(),
+        }];
+    }
+    let voters = ctx.view.voters().count();
+    let corrupt_voters = ctx
+        .view
+        .voters()
+        .filter(|m| corrupt.contains(&m.id))
+        .count();
+    if voters - corrupt_voters < crate::model::quorum(voters) {
+        return vec![Step::Wait(Wait::CorruptMajority {
+            members: corrupt.into_iter().collect(),
+        })];
+    }
+    if change_under_way {
+        return vec![];
+    }
+    let mut members: Vec<&Member> = ctx
+        .view
+        .members
+        .iter()
+        .filter(|m| corrupt.contains(&m.id))
+        .collect();
+    members.sort_by_key(|m| m.id);
+    members
+        .into_iter()
+        .find_map(|m| {
+            let i = ctx
+                .instance_of(m)
+                .filter(|i| i.state == LifecycleState::InService && i.healthy)?;
+            let others_keep_quorum = m.is_learner || ctx.removal_keeps_quorum(m);
+            others_keep_quorum.then(|| Step::Replace {
+                instance: i.id.clone(),
+                why: Replacement::Corrupt { member: m.id },
+            })
+        })
+        .into_iter()
+        .collect()
 }
 
 /// Started voters that do not answer, on in-service instances: noted, waited for, replaced.

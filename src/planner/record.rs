@@ -143,12 +143,24 @@ fn seed_step(
             instance: seed.id.clone(),
         });
     };
+    let Some(version) = seed.etcd_version else {
+        return Step::Wait(Wait::VersionUnknown {
+            instance: seed.id.clone(),
+        });
+    };
     let t = &settings.topology;
     let initial_cluster = vec![(seed.id.clone(), t.peer_url(address))];
     let token = record.token.clone();
     let config = MemberConfig {
         restore: record.restored_from.as_ref().map(|r| r.snapshot.clone()),
-        ..t.member_config(&seed.id, address, initial_cluster, InitialState::New, token)
+        ..t.member_config(
+            &seed.id,
+            address,
+            initial_cluster,
+            InitialState::New,
+            token,
+            Some(version),
+        )
     };
     match obs.published.members.get(&seed.id) {
         Some(p) if p.config == config => {

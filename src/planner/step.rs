@@ -124,6 +124,12 @@ pub enum Step {
         /// The seed's ARN, which the snapshot is handed over to.
         seed_arn: String,
     },
+    /// The launch of an instance whose etcd release etcd would never let join (older than the
+    /// cluster version, or more than one minor ahead): ABANDON, said loudly (`why`).
+    RefuseLaunch {
+        instance: String,
+        why: String,
+    },
     Wait(Wait),
     Idle,
 }
@@ -154,6 +160,8 @@ pub enum Replacement {
     /// TLS=managed: its member certificate has less than a third of its life left; a fresh
     /// instance gets a fresh certificate (no reload in place).
     CertificateExpiring { not_after: Timestamp },
+    /// etcd raised its CORRUPT alarm for this member: its data differs from its peers'.
+    Corrupt { member: MemberId },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -263,6 +271,28 @@ pub enum Wait {
         in_use: u64,
         quota: u64,
     },
+    /// etcd would not yet let this instance's release join (an upgrade's floor, an unknown
+    /// version): `why` names the members and versions.
+    VersionGate {
+        instance: String,
+        why: String,
+    },
+    /// The instance declares no etcd release (its `etcd-asg-etcd-version` tag): never seeded.
+    VersionUnknown {
+        instance: String,
+    },
+    /// CORRUPT alarms name these members, too many to replace while a quorum stays: an operator
+    /// must decide which data to keep.
+    CorruptMajority {
+        members: Vec<MemberId>,
+    },
+    /// A restore would need a backup this etcd can read: every backup was taken on a newer etcd
+    /// than the seed's (`skipped`, by key).
+    NoRestorableBackup {
+        instance: String,
+        seed_version: String,
+        skipped: Vec<String>,
+    },
     /// etcd refused a step with an answer that means "not yet" (a member down, the learner not in
     /// sync, too few started members) for longer than this invocation could wait.
     Refused {
@@ -322,6 +352,7 @@ impl Step {
             Self::Backup { .. } => "backup",
             Self::Prune { .. } => "prune-backup",
             Self::Restore { .. } => "restore",
+            Self::RefuseLaunch { .. } => "refuse-launch",
             Self::Wait(_) => "wait",
             Self::Idle => "idle",
         }
@@ -338,6 +369,7 @@ impl Step {
             | Self::Complete { instance, .. }
             | Self::NoteDown { instance, .. }
             | Self::ForgetDown { instance }
+            | Self::RefuseLaunch { instance, .. }
             | Self::Replace { instance, .. } => Some(instance),
             Self::RemoveMember { instance, .. } => instance.as_deref(),
             Self::Wait(w) => w.instance(),
@@ -353,7 +385,7 @@ impl Step {
             | Self::Backup { member, .. } => Some(*member),
             Self::Disarm { alarm, .. } => Some(alarm.member),
             Self::Replace {
-                why: Replacement::Down { member, .. },
+                why: Replacement::Down { member, .. } | Replacement::Corrupt { member },
                 ..
             } => Some(*member),
             Self::TransferLeadership { from, .. } => Some(*from),
@@ -402,6 +434,10 @@ impl Wait {
             Self::NotYetVisible { .. } => "not-yet-visible",
             Self::Refused { .. } => "refused-for-now",
             Self::LiveDataOverQuota { .. } => "live-data-over-quota",
+            Self::VersionGate { .. } => "version-gate",
+            Self::VersionUnknown { .. } => "version-unknown",
+            Self::CorruptMajority { .. } => "corrupt-majority",
+            Self::NoRestorableBackup { .. } => "no-restorable-backup",
         }
     }
 
@@ -414,7 +450,10 @@ impl Wait {
             | Self::PeerUrlTaken { instance, .. }
             | Self::MemberDown { instance, .. }
             | Self::ReplacementSuspended { instance, .. }
-            | Self::MemberUnreachableFromFunction { instance, .. } => Some(instance),
+            | Self::MemberUnreachableFromFunction { instance, .. }
+            | Self::VersionGate { instance, .. }
+            | Self::VersionUnknown { instance }
+            | Self::NoRestorableBackup { instance, .. } => Some(instance),
             Self::QuorumGuard { instance, .. }
             | Self::NotYetVisible { instance, .. }
             | Self::Refused { instance, .. } => instance.as_deref(),
@@ -461,6 +500,9 @@ impl fmt::Display for Step {
         if let Self::Complete { result, .. } = self {
             write!(f, " {}", result.as_str())?;
         }
+        if let Self::RefuseLaunch { why, .. } = self {
+            write!(f, ": {why}")?;
+        }
         Ok(())
     }
 }
@@ -471,6 +513,7 @@ impl fmt::Display for Wait {
         match self {
             Self::Refused { step, refusal, .. } => write!(f, " ({step}: {refusal})"),
             Self::ClusterUnreachable { detail } => write!(f, ": {detail}"),
+            Self::VersionGate { why, .. } => write!(f, ": {why}"),
             _ => Ok(()),
         }
     }
@@ -551,6 +594,9 @@ impl Step {
                 Replacement::CertificateExpiring { not_after } => format!(
                     "rule 6: {instance}'s certificate ends at {not_after} (less than a third of its life left): mark it Unhealthy so a fresh instance with a fresh certificate replaces it"
                 ),
+                Replacement::Corrupt { member } => format!(
+                    "rule 6: etcd raised CORRUPT for member {member} on {instance}: mark it Unhealthy so a fresh instance with its peers' data replaces it"
+                ),
             },
             Self::Compact { revision, .. } => format!(
                 "maintenance: the NOSPACE alarm is raised: compact all history up to revision {revision}, then defragment, then disarm"
@@ -559,6 +605,10 @@ impl Step {
                 format!("maintenance: member {member}'s database file is mostly free space: defragment it")
             }
             Self::EnableAuth { .. } => "access: etcd's authentication is off (ETCD_AUTH=on): create the root user the function acts as and turn it on".into(),
+            Self::Disarm { alarm, .. } if alarm.kind == crate::model::CORRUPT => format!(
+                "rule 6: member {} that etcd found corrupt is no longer a member: disarm its CORRUPT alarm (the cluster refuses reads and writes while it is raised)",
+                alarm.member
+            ),
             Self::Disarm { alarm, .. } => format!(
                 "maintenance: the data fits the quota again: disarm {} of member {}",
                 alarm.kind, alarm.member
@@ -575,6 +625,9 @@ impl Step {
             Self::Restore { new, backup, .. } => format!(
                 "recovery: the cluster is lost for good: start a new generation seeded by {}, restored from {} (revision {})",
                 new.seed, backup.key, backup.revision
+            ),
+            Self::RefuseLaunch { instance, why } => format!(
+                "rule 5: {instance} runs an etcd that can never join this cluster: abandon its launch ({why}); fix the stack's EtcdVersion and EtcdDownloadUrl"
             ),
             Self::Wait(w) => w.why(),
             Self::Idle => "nothing to do: membership matches the group and nothing needs maintenance".into(),
@@ -635,6 +688,22 @@ impl Wait {
                 "NOSPACE: the live data ({} MiB) fills the quota ({} MiB) even compacted and defragmented: delete data; the alarm stays",
                 in_use >> 20,
                 quota >> 20
+            ),
+            Self::VersionGate { instance, why } => format!(
+                "{instance} is held at its launch: {why}"
+            ),
+            Self::VersionUnknown { instance } => format!(
+                "{instance} declares no etcd version (its {} tag, which the stack's group propagates from EtcdVersion): never seeded or joined",
+                crate::model::VERSION_TAG
+            ),
+            Self::CorruptMajority { members } => format!(
+                "CORRUPT alarms name {} members ({}): replacing them would cost quorum; an operator must decide which data to keep",
+                members.len(),
+                members.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            ),
+            Self::NoRestorableBackup { instance, seed_version, skipped } => format!(
+                "the seed {instance} runs etcd {seed_version}, which cannot restore any backup: {} taken on a newer etcd",
+                skipped.join(", ")
             ),
             Self::Refused { step, instance, refusal } => format!(
                 "etcd refuses {step}{} for now ({refusal})",

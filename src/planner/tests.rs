@@ -31,6 +31,7 @@ fn inst(n: u8, state: LifecycleState) -> Instance {
         launched_at: n as i64,
         healthy: true,
         zone: None,
+        etcd_version: Some(crate::model::Version::new(3, 6, 17)),
     }
 }
 use LifecycleState::{InService, PendingWait, TerminatingWait};
@@ -114,6 +115,7 @@ impl Given {
             alarms: vec![],
             history_compacted: false,
             auth_enabled: false,
+            cluster_version: Some(crate::model::Version::new(3, 6, 0)),
             peer_connected: Default::default(),
         });
         self
@@ -198,6 +200,7 @@ fn seed_config(n: u8) -> MemberConfig {
         restore: None,
         client_cert_auth: false,
         root_tokens: false,
+        etcd_version: Some(crate::model::Version::new(3, 6, 17)),
         metrics_url: None,
     }
 }
@@ -1409,6 +1412,7 @@ fn backup_at(revision: i64) -> Backup {
         taken_at: 900,
         revision,
         size: 1,
+        etcd_version: None,
     }
 }
 
@@ -1745,6 +1749,7 @@ fn auth_is_turned_on_once_every_voter_answers_with_a_config_that_verifies_root_t
             let c = MemberConfig {
                 state: InitialState::Existing,
                 root_tokens: t,
+                etcd_version: None,
                 ..seed_config(n)
             };
             g = g.published(n, c, 1);
@@ -1924,4 +1929,233 @@ fn certificates_that_end_together_are_renewed_apart() {
         g(life / 3 + spread + 1).plan(),
         Step::Replace { .. }
     ));
+}
+
+// etcd versions: the gate, refusals, corruption (crate::versions has the rules' own table).
+
+impl Given {
+    /// Every member answers and says it runs `versions[k]` (by member order); the cluster
+    /// version is `cluster`.
+    fn versions(mut self, cluster: &str, versions: &[&str]) -> Self {
+        if let ClusterState::Known(v) = &mut self.obs.cluster {
+            v.cluster_version = Some(cluster.parse().unwrap());
+            for (m, version) in v.members.clone().iter().zip(versions) {
+                v.statuses.insert(
+                    m.id,
+                    MemberStatus {
+                        version: version.to_string(),
+                        ..Default::default()
+                    },
+                );
+            }
+        }
+        self
+    }
+    fn alarm(mut self, n: u8, kind: &str) -> Self {
+        if let ClusterState::Known(v) = &mut self.obs.cluster {
+            v.alarms.push(Alarm {
+                member: id(n),
+                kind: kind.into(),
+            });
+        }
+        self
+    }
+}
+
+fn running(n: u8, state: LifecycleState, version: &str) -> Instance {
+    Instance {
+        etcd_version: version.parse().ok(),
+        ..inst(n, state)
+    }
+}
+
+#[test]
+fn a_joiner_of_the_next_minor_waits_for_every_member_at_the_floor_and_names_them() {
+    let g = given(vec![
+        running(1, InService, "3.5.36"),
+        running(2, InService, "3.5.30"),
+        running(4, PendingWait, "3.6.17"),
+    ])
+    .record(1)
+    .members(vec![voter(1), voter(2)])
+    .versions("3.5.0", &["3.5.36", "3.5.30"]);
+    let plan = assess(&g.obs, &settings());
+    let Step::Wait(Wait::VersionGate { instance, why }) = &plan.step else {
+        panic!("{plan:?}")
+    };
+    assert_eq!(instance, &i(4));
+    assert!(
+        why.contains("i-00000002 runs 3.5.30") && why.contains("3.5.32"),
+        "{why}"
+    );
+    // Another joiner of the cluster's minor is not held behind it.
+    let mut g = g;
+    g.obs.instances.push(running(5, PendingWait, "3.5.36"));
+    assert!(matches!(g.plan(), Step::AddLearner { instance, .. } if instance == i(5)));
+    // Every member at the floor: the 3.6 joiner is added.
+    let g = given(vec![
+        running(1, InService, "3.5.36"),
+        running(2, InService, "3.5.32"),
+        running(4, PendingWait, "3.6.17"),
+    ])
+    .record(1)
+    .members(vec![voter(1), voter(2)])
+    .versions("3.5.0", &["3.5.36", "3.5.32"]);
+    assert!(matches!(g.plan(), Step::AddLearner { instance, .. } if instance == i(4)));
+}
+
+#[test]
+fn a_joiner_older_than_the_cluster_version_or_two_minors_ahead_is_refused_at_launch() {
+    for (joiner, cluster, member) in [("3.5.36", "3.6.0", "3.6.17"), ("3.7.4", "3.5.0", "3.5.36")] {
+        let g = given(vec![
+            running(1, InService, member),
+            running(4, PendingWait, joiner),
+        ])
+        .record(1)
+        .members(vec![voter(1)])
+        .versions(cluster, &[member]);
+        let Step::RefuseLaunch { instance, why } = g.plan() else {
+            panic!("{joiner} into {cluster}: {:?}", g.plan())
+        };
+        assert_eq!(instance, i(4));
+        assert!(why.contains(joiner), "{why}");
+    }
+    // One already in service is never abandoned: it waits, named.
+    let g = given(vec![
+        running(1, InService, "3.6.17"),
+        running(4, InService, "3.5.36"),
+    ])
+    .record(1)
+    .members(vec![voter(1)])
+    .versions("3.6.0", &["3.6.17"]);
+    assert!(matches!(g.plan(), Step::Wait(Wait::VersionGate { instance, .. }) if instance == i(4)));
+}
+
+#[test]
+fn an_instance_that_declares_no_version_is_never_joined_or_seeded() {
+    let g = given(vec![
+        running(1, InService, "3.6.17"),
+        running(4, PendingWait, ""),
+    ])
+    .record(1)
+    .members(vec![voter(1)]);
+    assert!(
+        matches!(g.plan(), Step::Wait(Wait::VersionGate { instance, why }) if instance == i(4) && why.contains("etcd-asg-etcd-version"))
+    );
+    // A seed without one: the record is created, its config never published.
+    let g = given(vec![running(1, PendingWait, "")]).bootstrapping(1);
+    assert_eq!(
+        g.plan(),
+        Step::Wait(Wait::VersionUnknown { instance: i(1) })
+    );
+}
+
+#[test]
+fn published_configs_name_the_release_and_its_corruption_checks() {
+    let g = given(vec![running(1, PendingWait, "3.5.36")]).bootstrapping(1);
+    let Step::Publish { config, .. } = g.plan() else {
+        panic!("{:?}", g.plan())
+    };
+    let env = config.to_env();
+    assert!(env.contains("ETCD_ASG_ETCD_VERSION=3.5.36\n"), "{env}");
+    assert!(
+        env.contains("ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED=true\n"),
+        "{env}"
+    );
+    assert_eq!(MemberConfig::parse_env(&env).unwrap(), config);
+    let g = given(vec![running(1, PendingWait, "3.7.4")]).bootstrapping(1);
+    let Step::Publish { config, .. } = g.plan() else {
+        panic!()
+    };
+    assert!(config
+        .to_env()
+        .contains("ETCD_FEATURE_GATES=InitialCorruptCheck=true,CompactHashCheck=true\n"));
+}
+
+#[test]
+fn a_corrupt_member_is_replaced_never_a_majority_and_its_alarm_disarmed_once_gone() {
+    let members = || vec![voter(1), voter(2), voter(3)];
+    let three = || vec![inst(1, InService), inst(2, InService), inst(3, InService)];
+    let g = given(three())
+        .record(1)
+        .members(members())
+        .alarm(2, CORRUPT);
+    assert_eq!(
+        g.plan(),
+        Step::Replace {
+            instance: i(2),
+            why: Replacement::Corrupt { member: id(2) }
+        }
+    );
+    // Two of three named: replacing them would cost the quorum.
+    let g = given(three())
+        .record(1)
+        .members(members())
+        .alarm(2, CORRUPT)
+        .alarm(3, CORRUPT);
+    assert!(
+        matches!(g.plan(), Step::Wait(Wait::CorruptMajority { members }) if members.len() == 2)
+    );
+    // Its member gone (removed at its termination): the alarm goes.
+    let g = given(vec![inst(1, InService), inst(3, InService)])
+        .record(1)
+        .members(vec![voter(1), voter(3)])
+        .alarm(2, CORRUPT);
+    assert!(
+        matches!(g.plan(), Step::Disarm { alarm, .. } if alarm.member == id(2) && alarm.kind == CORRUPT)
+    );
+    // The snapshot before its removal is never taken from it.
+    let g = given(three())
+        .record(1)
+        .members(members())
+        .alarm(1, CORRUPT);
+    let ClusterState::Known(view) = &g.obs.cluster else {
+        panic!()
+    };
+    let mut view = view.clone();
+    for n in 1..=3 {
+        view.statuses.insert(id(n), MemberStatus::default());
+    }
+    let (from, _) = backup::source(&view).unwrap();
+    assert_ne!(from, id(1));
+}
+
+#[test]
+fn a_restore_uses_only_a_backup_the_seeds_etcd_can_read() {
+    let taken = |at: i64, version: &str| Backup {
+        key: format!("p/etcd-i-00000001/{at}-v{version}.db"),
+        token: "etcd-i-00000001".into(),
+        taken_at: at,
+        revision: at,
+        size: 1,
+        etcd_version: version.parse().ok(),
+    };
+    let mut g = given(vec![running(5, PendingWait, "3.6.17")]).record(1);
+    g.obs.backups = vec![taken(100, "3.6.17"), taken(200, "3.7.4")];
+    let mut s = settings();
+    s.backup = Some(crate::config::BackupPolicy {
+        interval_secs: 900,
+        hourly_days: 7,
+        daily_days: 90,
+        recovery: crate::config::Recovery::Auto,
+    });
+    // The newer backup was taken on 3.7: skipped, the 3.6 one restored.
+    let step = plan(&g.obs, &s);
+    assert!(
+        matches!(&step, Step::Restore { backup, .. } if backup.taken_at == 100),
+        "{step:?}"
+    );
+    // Only 3.7 backups: a wait that names them.
+    g.obs.backups = vec![taken(200, "3.7.4")];
+    let step = plan(&g.obs, &s);
+    let Step::Wait(Wait::NoRestorableBackup {
+        skipped,
+        seed_version,
+        ..
+    }) = &step
+    else {
+        panic!("{step:?}")
+    };
+    assert_eq!(seed_version, "3.6.17");
+    assert_eq!(skipped, &vec![taken(200, "3.7.4").key]);
 }

@@ -10,7 +10,7 @@ use tracing::{info, warn};
 use super::invocation::Meter;
 use super::Reconciler;
 use crate::error::Error;
-use crate::model::{ClusterRecord, Restore, Timestamp, Written};
+use crate::model::{ActionResult, ClusterRecord, Restore, Timestamp, Transition, Written};
 use crate::planner::{Replacement, Step};
 use crate::ports::{
     Backups, Compacted, Completion, Created, Group, Lifecycle, Members, PublishedConfig, Secrets,
@@ -51,7 +51,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             | Step::Promote { .. }
             | Step::TransferLeadership { .. }
             | Step::RemoveMember { .. } => only(self.membership(step, meter).await),
-            Step::Replace { .. } | Step::Complete { .. } => {
+            Step::Replace { .. } | Step::Complete { .. } | Step::RefuseLaunch { .. } => {
                 only(self.group_step(step, meter, now).await)
             }
             Step::Compact { .. }
@@ -260,6 +260,8 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                         "this instance survived a restore and serves the old generation: marking it Unhealthy so a fresh instance joins in its place"),
                     Replacement::CertificateExpiring { not_after } => info!(%instance, not_after,
                         "member certificate past two thirds of its life: marking the instance Unhealthy so a fresh one replaces it"),
+                    Replacement::Corrupt { member } => warn!(%instance, %member,
+                        "etcd raised CORRUPT for this member: marking the instance Unhealthy so a fresh one with its peers' data replaces it"),
                 }
                 // When, first: a mark that leads to no replacement for long is then no longer
                 // taken for one under way (`leaving::being_replaced`). A crash between the two
@@ -276,6 +278,17 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                 let done = self.lifecycle.complete(instance, *transition, *result);
                 Ok(match meter.aws(done).await? {
                     Completion::Done => "completed",
+                    Completion::NotPending => "already-completed",
+                })
+            }
+            Step::RefuseLaunch { instance, why } => {
+                tracing::error!(%instance, %why,
+                    "refusing the launch: etcd would never let this release join (ABANDON; the group launches another from the same template: fix EtcdVersion and EtcdDownloadUrl)");
+                let done =
+                    self.lifecycle
+                        .complete(instance, Transition::Launch, ActionResult::Abandon);
+                Ok(match meter.aws(done).await? {
+                    Completion::Done => "abandoned",
                     Completion::NotPending => "already-completed",
                 })
             }

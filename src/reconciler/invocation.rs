@@ -446,6 +446,17 @@ fn report(waits: &[Wait], held_for_quorum: &[HeldTermination]) {
                 "ignoring a restore request older than the cluster's current generation: put a \
                  new one for this loss"
             ),
+            Wait::VersionGate { instance, why } => {
+                warn!(%instance, %why, "launch held by the version gate")
+            }
+            Wait::VersionUnknown { .. } | Wait::NoRestorableBackup { .. } => {
+                tracing::error!(wait = %w, why = %w.why(), "held: etcd versions")
+            }
+            Wait::CorruptMajority { members } => tracing::error!(
+                ?members,
+                "CORRUPT alarms name too many members to replace while a quorum stays: an \
+                 operator must decide whose data to keep (docs/failure-modes.md)"
+            ),
             _ => {}
         }
     }

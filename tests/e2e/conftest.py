@@ -18,6 +18,8 @@ from sim.world import ROOT, Simulation  # noqa: E402
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "long(seconds): a test that takes about this long; run first")
+    config.addinivalue_line("markers", "v37: also run on etcd 3.7 (`make e2e-3.7`): joins, removals, restores, "
+                            "authentication, maintenance, the upgrade chain")
 
 
 def pytest_collection_modifyitems(items):

@@ -14,6 +14,7 @@ from sim import etcd
 
 
 
+@pytest.mark.v37
 @pytest.mark.long(100)
 def test_every_member_lost_at_once_comes_back_from_the_latest_backup(simulation, apps):
     sim = simulation(backups=True, function_env={"BACKUP_INTERVAL_MINUTES": "1"})
@@ -146,6 +147,7 @@ def test_a_partition_with_the_members_still_in_the_group_restores_nothing(simula
             sim.resume_instance(iid)
 
 
+@pytest.mark.v37
 @pytest.mark.long(60)
 def test_a_majority_lost_for_good_comes_back_from_the_survivors_newer_data(simulation):
     # One backup early (the first is due at once), none after: the survivor holds newer data.

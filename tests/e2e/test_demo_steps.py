@@ -11,7 +11,7 @@ from sim import scenario
 from sim.world import Simulation
 
 # One simulation for the whole module, its steps in order: on one worker (`--dist loadgroup`).
-pytestmark = [pytest.mark.xdist_group("demo-steps"), pytest.mark.long(80)]
+pytestmark = [pytest.mark.xdist_group("demo-steps"), pytest.mark.long(80), pytest.mark.v37]
 TITLES = [t for t, _ in scenario.DEMO]
 
 

@@ -43,14 +43,17 @@ def _crash_and_converge(simulation, failpoint):
     assert len(sim.function.cold_starts) >= 2, "the function was started again"
 
 
+@pytest.mark.v37
 def test_function_killed_after_a_member_add_before_its_config_is_published(simulation):
     _crash_and_converge(simulation, "add-learner")
 
 
+@pytest.mark.v37
 def test_function_killed_after_a_promote_before_the_launch_action_completes(simulation):
     _crash_and_converge(simulation, "promote")
 
 
+@pytest.mark.v37
 def test_two_simultaneous_terminations_from_three_members_to_one(simulation):
     sim = simulation()
     sim.scale(3)

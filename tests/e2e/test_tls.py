@@ -17,6 +17,7 @@ from conftest import wait_for
 from sim import etcd
 
 
+@pytest.mark.v37
 def test_members_refuse_plain_http_and_tls_without_a_client_certificate(simulation):
     sim = simulation(writer=False)
     assert sim.tls, "TLS is the simulation's default"

@@ -27,6 +27,15 @@ fn active_peers(text: &str) -> impl Iterator<Item = MemberId> + '_ {
     })
 }
 
+/// What etcd answers a call that needs a user and names none.
+fn user_empty() -> Error {
+    Error::EtcdRefused {
+        operation: "status",
+        refusal: Refusal::UserEmpty,
+        message: "etcdserver: user name is empty".into(),
+    }
+}
+
 impl EtcdMembers {
     /// The second view of members that did not answer the function: which of `down` an
     /// answering member reports an active raft connection to. etcd's rafthttp keeps the gauge
@@ -68,6 +77,35 @@ impl EtcdMembers {
             }
         }
         connected
+    }
+
+    /// The cluster version, `etcdcluster` of the member's `/version`
+    /// (<https://etcd.io/docs/v3.6/op-guide/monitoring/>; `server/etcdserver/api/etcdhttp/version.go`):
+    /// the lowest minor the members run, which the leader raises once every member runs a newer
+    /// one (`not_decided` until it has decided). Best effort: None if unreadable.
+    async fn cluster_version(&self, endpoint: &str) -> Option<crate::model::Version> {
+        #[derive(serde::Deserialize)]
+        struct Versions {
+            etcdcluster: String,
+        }
+        let url = reqwest::Url::parse(endpoint).ok()?.join("/version").ok()?;
+        let answer = async {
+            self.client()
+                .ok()?
+                .get(url)
+                .timeout(HEALTH_TIMEOUT)
+                .send()
+                .await
+                .ok()?
+                .json::<Versions>()
+                .await
+                .ok()
+        };
+        let versions = answer.await;
+        if versions.is_none() {
+            tracing::debug!(endpoint, "cluster version unreadable");
+        }
+        versions?.etcdcluster.parse().ok()
     }
 
     fn metrics_url(&self, client_url: &str) -> Option<reqwest::Url> {
@@ -140,7 +178,9 @@ impl EtcdMembers {
             Some(_) => self.auth_enabled(endpoint).await?,
             None => false,
         };
+        let cluster_version = self.cluster_version(endpoint).await;
         Ok(ClusterView {
+            cluster_version,
             cluster_id: list.header.cluster_id,
             members,
             statuses,
@@ -194,8 +234,19 @@ impl EtcdMembers {
     }
 
     /// One status call per started member, at once: whether it answers (itself, not another
-    /// etcd at a reused address), its own status, and the leader it knows.
+    /// etcd at a reused address), its own status, and the leader it knows. A status refused for
+    /// naming no user while we sent no token is asked again with root's: etcd 3.6.0-3.6.8 answer
+    /// MemberList without a user but not Status (from 3.6.0 Status needs a user, etcd-io/etcd#14663;
+    /// from 3.6.9 MemberList does too), so the list alone cannot tell that authentication is on.
     async fn probe(&self, members: &[Member]) -> Result<Probed, Error> {
+        let (probed, asked_for_user) = self.probe_once(members).await?;
+        if asked_for_user && self.asks_for_root(false, &Err::<(), _>(user_empty())) {
+            return Ok(self.probe_once(members).await?.0);
+        }
+        Ok(probed)
+    }
+
+    async fn probe_once(&self, members: &[Member]) -> Result<(Probed, bool), Error> {
         let mut probes = JoinSet::new();
         for m in members.iter().filter(|m| m.is_started()) {
             let id = m.id;
@@ -206,6 +257,7 @@ impl EtcdMembers {
                 .collect::<Result<_, Error>>()?;
             let client = self.client()?;
             probes.spawn(async move {
+                let mut asked_for_user = false;
                 for (url, tokens) in urls {
                     let path = "/v3/maintenance/status";
                     let (status, tried) = call_with::<StatusResponse>(
@@ -220,23 +272,30 @@ impl EtcdMembers {
                     .await;
                     // Only the member itself counts: anything else answering at its URL (an
                     // address reused by another etcd) says nothing of its health.
-                    if let Ok(s) = status {
-                        if s.header.member_id == id.0 {
-                            return Some((id, s, url, tried));
+                    match status {
+                        Ok(s) if s.header.member_id == id.0 => {
+                            return (Some((id, s, url, tried)), false)
                         }
+                        Err(e) if tokens.is_empty() && e.refusal() == Some(Refusal::UserEmpty) => {
+                            asked_for_user = true
+                        }
+                        _ => {}
                     }
                 }
-                None
+                (None, asked_for_user)
             });
         }
         let mut statuses = std::collections::BTreeMap::new();
+        let mut asked_for_user = false;
         while let Some(probe) = probes.join_next().await {
-            if let Ok(Some((id, status, url, tried))) = probe {
+            let Ok((found, asked)) = probe else { continue };
+            asked_for_user |= asked;
+            if let Some((id, status, url, tried)) = found {
                 self.took(&url, tried);
                 statuses.insert(id, (MemberStatus::from(&status), status.leader));
             }
         }
-        Ok(Probed { statuses })
+        Ok((Probed { statuses }, asked_for_user))
     }
 
     /// The cluster's active alarms: raft state, so any member answers for all.

@@ -1,0 +1,266 @@
+//! etcd's versions as facts, and what etcd allows between two of them. Pure: the planner asks,
+//! the observation supplies the versions (members' own status, the cluster version from
+//! `/version`, each instance's declared version from its `etcd-asg-etcd-version` tag).
+//!
+//! The rules, each from etcd's documentation or source:
+//! - upgrades go one minor at a time, and before the first member of the next minor joins, every
+//!   member must run at least etcd's floor for leaving its minor: 3.5.32 for 3.5 → 3.6
+//!   (<https://etcd.io/docs/v3.6/upgrades/upgrade_3_6/>: 3.6 makes the v3 store the source of
+//!   truth for membership; older 3.5 releases lost learner promotions there, etcd-io/etcd#19557,
+//!   and could bring removed members back, #20967,
+//!   <https://etcd.io/blog/2025/zombie_members_upgrade/>) and 3.6.11 for 3.6 → 3.7
+//!   (<https://etcd.io/docs/v3.7/upgrades/upgrade_3_7/>);
+//! - a member older than the cluster version cannot join: etcd refuses to start it
+//!   (`isCompatibleWithVers`,
+//!   <https://github.com/etcd-io/etcd/blob/v3.6.17/server/etcdserver/cluster_util.go>); going
+//!   back is etcd's downgrade protocol (<https://etcd.io/docs/v3.6/downgrades/>), never a binary;
+//! - a snapshot is restored only by an etcd of its minor or newer: a binary refuses a data
+//!   directory whose storage version is newer than its own
+//!   (<https://github.com/etcd-io/etcd/blob/v3.6.17/server/storage/schema/schema.go>).
+
+use std::fmt;
+use std::str::FromStr;
+
+/// One etcd release, as `etcd --version`, a status response or `/version` names it.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct Version {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl Version {
+    pub const fn new(major: u32, minor: u32, patch: u32) -> Self {
+        Self {
+            major,
+            minor,
+            patch,
+        }
+    }
+
+    /// `3.6` of `3.6.17`.
+    pub fn minor_str(&self) -> String {
+        format!("{}.{}", self.major, self.minor)
+    }
+
+    fn same_minor(&self, other: &Version) -> bool {
+        (self.major, self.minor) == (other.major, other.minor)
+    }
+
+    /// The minor after this one's (`3.6` → `3.7`): etcd 3 has only minors.
+    fn next_minor(&self) -> (u32, u32) {
+        (self.major, self.minor + 1)
+    }
+
+    /// etcd's own corruption checks, each version's names for them: the initial check (a member
+    /// compares its data with its peers' before serving) and the leader's periodic comparison of
+    /// compaction hashes. 3.4: `--experimental-initial-corrupt-check` only
+    /// (<https://etcd.io/docs/v3.4/op-guide/configuration/>); 3.5: that and
+    /// `--experimental-compact-hash-check-enabled` (<https://etcd.io/docs/v3.5/op-guide/data_corruption/>);
+    /// 3.6 on: the feature gates `InitialCorruptCheck` and `CompactHashCheck`, the experimental
+    /// flags deprecated and gone in 3.7 (<https://etcd.io/docs/v3.6/op-guide/data_corruption/>,
+    /// `server/features/etcd_features.go`). As `ETCD_*` variables (etcd reads each flag so).
+    pub fn corruption_check_env(&self) -> &'static str {
+        match (self.major, self.minor) {
+            (3, 0..=4) => "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK=true\n",
+            (3, 5) => {
+                "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK=true\n\
+                 ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED=true\n"
+            }
+            _ => "ETCD_FEATURE_GATES=InitialCorruptCheck=true,CompactHashCheck=true\n",
+        }
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+impl FromStr for Version {
+    type Err = String;
+
+    /// `3.6.17`, `v3.6.17`, `3.6.0-rc.0` (a pre-release counts as its release); nothing else.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?} is not an etcd version (MAJOR.MINOR.PATCH)");
+        let core = s.trim().trim_start_matches('v');
+        let core = core.split(['-', '+']).next().unwrap_or_default();
+        let mut parts = core.split('.').map(|p| p.parse::<u32>().map_err(|_| bad()));
+        let v = Version::new(
+            parts.next().ok_or_else(bad)??,
+            parts.next().ok_or_else(bad)??,
+            parts.next().ok_or_else(bad)??,
+        );
+        if parts.next().is_some() || v.major != 3 {
+            return Err(bad());
+        }
+        Ok(v)
+    }
+}
+
+/// The lowest release every member of a minor must run before the first member of the next minor
+/// joins (see the module's links). None: etcd sets no floor for leaving that minor.
+pub fn floor_for_leaving(major: u32, minor: u32) -> Option<Version> {
+    match (major, minor) {
+        (3, 5) => Some(Version::new(3, 5, 32)),
+        (3, 6) => Some(Version::new(3, 6, 11)),
+        _ => None,
+    }
+}
+
+/// What etcd allows for a new member.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Admission {
+    Join,
+    /// Not yet: `why` names the members and versions that hold it.
+    Wait(String),
+    /// Never, with this binary: `why` says what etcd refuses.
+    Refuse(String),
+}
+
+/// Whether an etcd `joiner` may join a cluster at `cluster` version whose members run `members`
+/// (by name; None: the member did not say). An upgrade's first member of the next minor waits
+/// until every member is at or above the floor; two minors ahead or older than the cluster
+/// version is refused.
+pub fn admission(
+    joiner: Version,
+    cluster: Version,
+    members: &[(String, Option<Version>)],
+) -> Admission {
+    if joiner.major != cluster.major || joiner.minor < cluster.minor {
+        return Admission::Refuse(format!(
+            "etcd {joiner} cannot join a cluster at version {} (etcd refuses a member older than \
+             the cluster version; going back needs etcd's downgrade protocol)",
+            cluster.minor_str()
+        ));
+    }
+    if joiner.same_minor(&cluster) {
+        return Admission::Join;
+    }
+    if (joiner.major, joiner.minor) != cluster.next_minor() {
+        return Admission::Refuse(format!(
+            "etcd {joiner} is more than one minor ahead of the cluster version {} (etcd upgrades \
+             one minor at a time)",
+            cluster.minor_str()
+        ));
+    }
+    let Some(floor) = floor_for_leaving(cluster.major, cluster.minor) else {
+        return Admission::Join;
+    };
+    let below: Vec<String> = members
+        .iter()
+        .filter(|(_, v)| v.is_none_or(|v| v < floor))
+        .map(|(name, v)| match v {
+            Some(v) => format!("{name} runs {v}"),
+            None => format!("{name} did not say its version"),
+        })
+        .collect();
+    if below.is_empty() {
+        Admission::Join
+    } else {
+        Admission::Wait(format!(
+            "etcd {joiner} waits until every member runs at least {floor}, etcd's floor for \
+             leaving {}: {}",
+            cluster.minor_str(),
+            below.join(", ")
+        ))
+    }
+}
+
+/// Whether an etcd of `restorer`'s version can restore a snapshot taken on `taken_on`: only of
+/// its minor or older (a newer storage version is refused).
+pub fn can_restore(taken_on: Version, restorer: Version) -> bool {
+    (taken_on.major, taken_on.minor) <= (restorer.major, restorer.minor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &str) -> Version {
+        s.parse().unwrap()
+    }
+
+    fn members(vs: &[&str]) -> Vec<(String, Option<Version>)> {
+        vs.iter()
+            .enumerate()
+            .map(|(n, s)| (format!("i-{n}"), s.parse().ok()))
+            .collect()
+    }
+
+    #[test]
+    fn parses_what_etcd_prints_and_refuses_the_rest() {
+        assert_eq!(v("3.6.17"), Version::new(3, 6, 17));
+        assert_eq!(v("v3.7.0-rc.0"), Version::new(3, 7, 0));
+        for bad in ["", "3.6", "3.6.x", "4.0.0", "3.6.1.2", "not_decided"] {
+            let e = bad.parse::<Version>().unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+    }
+
+    /// etcd's upgrade guides: https://etcd.io/docs/v3.6/upgrades/upgrade_3_6/,
+    /// https://etcd.io/docs/v3.7/upgrades/upgrade_3_7/; cluster_util.go isCompatibleWithVers.
+    #[test]
+    fn admission_table() {
+        use Admission::*;
+        let cases: &[(&str, &str, &[&str], &str)] = &[
+            // joiner, cluster version, members, expected (J / W / R)
+            ("3.6.17", "3.6.0", &["3.6.17", "3.6.14"], "J"),
+            ("3.6.17", "3.6.0", &["3.5.30"], "J"), // same minor as the cluster: no floor
+            ("3.5.36", "3.5.0", &["3.5.30"], "J"),
+            ("3.6.17", "3.5.0", &["3.5.36", "3.5.32"], "J"),
+            ("3.6.17", "3.5.0", &["3.5.36", "3.5.30"], "W"),
+            ("3.6.17", "3.5.0", &["3.5.36", "?"], "W"),
+            ("3.7.4", "3.6.0", &["3.6.17", "3.6.11"], "J"),
+            ("3.7.4", "3.6.0", &["3.6.17", "3.6.10"], "W"),
+            ("3.5.36", "3.4.0", &["3.4.23"], "J"), // etcd sets no floor for leaving 3.4
+            ("3.7.4", "3.5.0", &["3.5.36"], "R"),  // two minors ahead
+            ("3.5.36", "3.6.0", &["3.6.17"], "R"), // older than the cluster version
+            ("3.4.23", "3.5.0", &["3.5.36"], "R"),
+        ];
+        for (joiner, cluster, ms, want) in cases {
+            let got = admission(v(joiner), v(cluster), &members(ms));
+            let kind = match &got {
+                Join => "J",
+                Wait(_) => "W",
+                Refuse(_) => "R",
+            };
+            assert_eq!(kind, *want, "{joiner} into {cluster} with {ms:?}: {got:?}");
+        }
+        let Wait(why) = admission(v("3.6.17"), v("3.5.0"), &members(&["3.5.36", "3.5.30"])) else {
+            panic!()
+        };
+        assert!(
+            why.contains("i-1 runs 3.5.30") && why.contains("3.5.32"),
+            "{why}"
+        );
+        assert!(!why.contains("i-0"), "{why}");
+    }
+
+    #[test]
+    fn a_snapshot_is_restored_by_its_minor_or_newer() {
+        assert!(can_restore(v("3.5.36"), v("3.6.17")));
+        assert!(can_restore(v("3.6.17"), v("3.6.11")));
+        assert!(!can_restore(v("3.7.4"), v("3.6.17")));
+    }
+
+    #[test]
+    fn corruption_checks_named_as_each_version_names_them() {
+        assert!(v("3.4.23")
+            .corruption_check_env()
+            .contains("EXPERIMENTAL_INITIAL_CORRUPT"));
+        assert!(!v("3.4.23").corruption_check_env().contains("COMPACT_HASH"));
+        assert!(v("3.5.36")
+            .corruption_check_env()
+            .contains("COMPACT_HASH_CHECK_ENABLED=true"));
+        for s in ["3.6.17", "3.7.4"] {
+            let env = v(s).corruption_check_env();
+            assert!(
+                env.contains("InitialCorruptCheck=true,CompactHashCheck=true"),
+                "{env}"
+            );
+            assert!(!env.contains("EXPERIMENTAL"), "{env}");
+        }
+    }
+}
