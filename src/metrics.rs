@@ -39,6 +39,27 @@ impl Metrics {
         self.0.get(name).map(|(v, _)| *v)
     }
 
+    /// Instances held because etcd would not let their release join yet, or whose release is
+    /// unknown, and restores with no backup the seed's etcd can read (VersionGateAlarm); members
+    /// etcd raised its CORRUPT alarm for (CorruptMemberAlarm).
+    fn versions(&mut self, obs: &Observation, waits: &[Wait]) {
+        let gated = waits
+            .iter()
+            .filter(|w| {
+                matches!(
+                    w,
+                    Wait::VersionGate { .. }
+                        | Wait::VersionUnknown { .. }
+                        | Wait::NoRestorableBackup { .. }
+                )
+            })
+            .count();
+        self.set("VersionGated", gated as i64, "Count");
+        if let ClusterState::Known(view) = &obs.cluster {
+            self.set("CorruptMembers", view.corrupt().len() as i64, "Count");
+        }
+    }
+
     /// The cluster's state as this observation shows it, and the waits the plan reported.
     pub fn observed(obs: &Observation, waits: &[Wait]) -> Self {
         let mut m = Self::default();
@@ -64,29 +85,7 @@ impl Metrics {
             .filter(|w| matches!(w, Wait::ReplacementSuspended { .. }))
             .count();
         m.set("ReplacementsSuspended", suspended as i64, "Count");
-        // Instances held because etcd would not let their release join yet, or whose release is
-        // unknown, and restores with no backup the seed's etcd can read (VersionGateAlarm).
-        let gated = waits
-            .iter()
-            .filter(|w| {
-                matches!(
-                    w,
-                    Wait::VersionGate { .. }
-                        | Wait::VersionUnknown { .. }
-                        | Wait::NoRestorableBackup { .. }
-                )
-            })
-            .count();
-        m.set("VersionGated", gated as i64, "Count");
-        // Members etcd raised its CORRUPT alarm for (CorruptMemberAlarm).
-        if let ClusterState::Known(view) = &obs.cluster {
-            let corrupt = view
-                .alarms
-                .iter()
-                .filter(|a| a.kind == crate::model::CORRUPT)
-                .count();
-            m.set("CorruptMembers", corrupt as i64, "Count");
-        }
+        m.versions(obs, waits);
         if obs.backups_failing.is_some() {
             // Once per invocation: its listing, a snapshot or an upload failed (BackupFailingAlarm).
             m.set("BackupFailed", 1, "Count");

@@ -484,6 +484,8 @@ pub struct MemberConfig {
     pub client_url: String,
     pub auto_compaction_retention: String,
     pub quota_backend_bytes: u64,
+    /// etcd's `--snapshot-count` (0: not set, a config of before it was).
+    pub snapshot_count: u64,
     /// For the seed of a restored generation: the snapshot its boot script restores first.
     pub restore: Option<BackupRef>,
     /// Mutual TLS (TLS=managed): clients and peers must present a certificate of the cluster's
@@ -515,7 +517,8 @@ impl MemberConfig {
             "ETCD_NAME={}\nETCD_INITIAL_CLUSTER={}\nETCD_INITIAL_CLUSTER_STATE={}\n\
              ETCD_INITIAL_CLUSTER_TOKEN={}\nETCD_INITIAL_ADVERTISE_PEER_URLS={}\n\
              ETCD_ADVERTISE_CLIENT_URLS={}\nETCD_AUTO_COMPACTION_MODE=periodic\n\
-             ETCD_AUTO_COMPACTION_RETENTION={}\nETCD_QUOTA_BACKEND_BYTES={}\n",
+             ETCD_AUTO_COMPACTION_RETENTION={}\nETCD_QUOTA_BACKEND_BYTES={}\n\
+             ETCD_SNAPSHOT_COUNT={}\n",
             self.name,
             cluster,
             self.state.as_str(),
@@ -523,7 +526,8 @@ impl MemberConfig {
             self.peer_url,
             self.client_url,
             self.auto_compaction_retention,
-            self.quota_backend_bytes
+            self.quota_backend_bytes,
+            self.snapshot_count
         ) + if self.client_cert_auth {
             "ETCD_CLIENT_CERT_AUTH=true\nETCD_PEER_CLIENT_CERT_AUTH=true\n"
         } else {
@@ -609,6 +613,10 @@ impl MemberConfig {
             quota_backend_bytes: get("ETCD_QUOTA_BACKEND_BYTES")?
                 .parse()
                 .map_err(|e| format!("ETCD_QUOTA_BACKEND_BYTES: {e}"))?,
+            snapshot_count: match vars.get("ETCD_SNAPSHOT_COUNT") {
+                Some(v) => v.parse().map_err(|e| format!("ETCD_SNAPSHOT_COUNT: {e}"))?,
+                None => 0,
+            },
             restore: match (
                 vars.get("ETCD_ASG_RESTORE_URL"),
                 vars.get("ETCD_ASG_RESTORE_SHA256"),
@@ -849,6 +857,7 @@ mod tests {
             client_url: "http://10.0.0.2:2379".into(),
             auto_compaction_retention: "1h".into(),
             quota_backend_bytes: 2 << 30,
+            snapshot_count: 10_000,
             restore: None,
             client_cert_auth: false,
             root_tokens: false,
@@ -890,6 +899,7 @@ mod tests {
             client_url: String::new(),
             auto_compaction_retention: "1h".into(),
             quota_backend_bytes: 1,
+            snapshot_count: 10_000,
             restore: None,
             client_cert_auth: false,
             metrics_url: None,

@@ -37,6 +37,8 @@ pub struct Topology {
     /// etcd's periodic auto-compaction retention (`1h`, `30m`, or whole hours).
     pub auto_compaction_retention: String,
     pub quota_backend_bytes: u64,
+    /// etcd's `--snapshot-count` on every member.
+    pub snapshot_count: u64,
     /// TLS=managed: members demand client certificates of clients and peers.
     pub mutual_tls: bool,
     /// TLS=managed: members also serve `/health` and `/metrics` in plain HTTP on this port.
@@ -81,6 +83,7 @@ impl Topology {
             client_url: self.client_url(address),
             auto_compaction_retention: self.auto_compaction_retention.clone(),
             quota_backend_bytes: self.quota_backend_bytes,
+            snapshot_count: self.snapshot_count,
             restore: None,
             client_cert_auth: self.mutual_tls,
             root_tokens: self.mutual_tls,
@@ -156,6 +159,7 @@ impl Settings {
                 client_port: 2379,
                 auto_compaction_retention: "1h".into(),
                 quota_backend_bytes: 2 << 30,
+                snapshot_count: 10_000,
                 mutual_tls: false,
                 metrics_port: None,
             },
@@ -525,6 +529,7 @@ impl Topology {
                 16 << 20,
                 MAX_QUOTA_BACKEND_BYTES,
             )?,
+            snapshot_count: env.number(&SNAPSHOT_COUNT, 100, 1_000_000)?,
         })
     }
 }

@@ -87,6 +87,15 @@ pub const QUOTA_BACKEND_BYTES: Var = Var::new(
 )
 .noted("(2 GiB)");
 
+pub const SNAPSHOT_COUNT: Var = Var::new(
+    "SNAPSHOT_COUNT",
+    "10000",
+    "every member's `--snapshot-count`: applied entries between raft snapshots, after each of \
+     which a member keeps only the last 5000 entries of its log. 10000 is etcd 3.6's default \
+     (3.5's was 100000): a log compacted this often also sheds a 3.4-born cluster's v2 entries, \
+     which etcd 3.6 cannot replay ([etcd versions](deploy.md#etcd-versions)); 100 to 1000000",
+);
+
 // TLS, certificates and authentication.
 pub const TLS: Var = Var::new(
     "TLS",
@@ -243,6 +252,7 @@ pub const VARIABLES: &[Var] = &[
     ETCD_CLIENT_PORT,
     AUTO_COMPACTION_RETENTION,
     QUOTA_BACKEND_BYTES,
+    SNAPSHOT_COUNT,
     TLS,
     MEMBER_CERT_DAYS,
     MEMBER_CERT_EXTRA_SANS,

@@ -89,6 +89,24 @@ fn remove(ctx: &Context, m: &Member, instance: Option<&Instance>, reason: Remova
     }
 }
 
+/// The version gate's answer for `i`, if it is not "join": a wait naming why, or the refusal of a
+/// launch still held (one already in service waits instead: it is never abandoned).
+fn gated(ctx: &Context, i: &Instance) -> Option<Step> {
+    match admission(ctx, i) {
+        Admission::Join => None,
+        Admission::Refuse(why) if i.state == LifecycleState::PendingWait => {
+            Some(Step::RefuseLaunch {
+                instance: i.id.clone(),
+                why,
+            })
+        }
+        Admission::Wait(why) | Admission::Refuse(why) => Some(Step::Wait(Wait::VersionGate {
+            instance: i.id.clone(),
+            why,
+        })),
+    }
+}
+
 /// What etcd allows for `joiner`, from the versions observed: its declared release, the
 /// cluster version and every member's own (`crate::versions::admission`). Unknown versions wait.
 fn admission(ctx: &Context, joiner: &Instance) -> Admission {
@@ -187,33 +205,13 @@ pub fn joins(ctx: &Context) -> Vec<Step> {
         let Some(peer_url) = ctx.peer_url(i) else {
             continue;
         };
-        match admission(ctx, i) {
-            Admission::Join => {}
-            Admission::Wait(why) => {
-                out.push(Step::Wait(Wait::VersionGate {
-                    instance: i.id.clone(),
-                    why,
-                }));
-                continue;
+        if let Some(step) = gated(ctx, i) {
+            let refused = matches!(step, Step::RefuseLaunch { .. });
+            out.push(step);
+            if refused {
+                break;
             }
-            Admission::Refuse(why) => {
-                // Only a launch still held can be refused; one already in service waits.
-                out.push(if i.state == LifecycleState::PendingWait {
-                    Step::RefuseLaunch {
-                        instance: i.id.clone(),
-                        why,
-                    }
-                } else {
-                    Step::Wait(Wait::VersionGate {
-                        instance: i.id.clone(),
-                        why,
-                    })
-                });
-                if matches!(out.last(), Some(Step::RefuseLaunch { .. })) {
-                    break;
-                }
-                continue;
-            }
+            continue;
         }
         if let Some(holder) = ctx
             .view

@@ -197,6 +197,7 @@ fn seed_config(n: u8) -> MemberConfig {
         client_url: format!("http://10.0.0.{n}:2379"),
         auto_compaction_retention: "1h".into(),
         quota_backend_bytes: 2 << 30,
+        snapshot_count: 10_000,
         restore: None,
         client_cert_auth: false,
         root_tokens: false,
