@@ -22,7 +22,7 @@ def main(argv=None) -> int:
     parser.add_argument("--binary", help="the bootstrap binary (default: the dev build)")
     parser.add_argument("--keep", metavar="DIR", help="keep logs and data in DIR")
     parser.add_argument("--etcd-version", choices=etcd.VERSIONS,
-                        help="the etcd the instances run (default: ETCD_VERSION, else 3.4)")
+                        help="the etcd the instances run (default: ETCD_VERSION, else 3.6)")
     args = parser.parse_args(argv)
 
     began = time.monotonic()

@@ -21,8 +21,11 @@
 //!    removed (ABANDON, so the group replaces them) (`joining`);
 //! 4. the one learner: publish its config, promote it once started, remove it if it never starts;
 //! 5. join the next instance as a learner, only when no learner exists and every voter started;
-//!    never over a member of another instance that holds the same peer URL;
-//! 6. a voter whose etcd has been down `unhealthy_replace_secs` while its instance is in service
+//!    never over a member of another instance that holds the same peer URL; only when etcd allows
+//!    its release (`crate::versions`: an upgrade's floor, one minor at a time), else it waits at
+//!    the gate, and a release etcd would never admit has its launch refused;
+//! 6. a member etcd raised its CORRUPT alarm for is replaced first (never a majority; its alarm
+//!    disarmed once it is gone); a voter whose etcd has been down `unhealthy_replace_secs` while its instance is in service
 //!    is replaced (the group's health is set to Unhealthy), one at a time, while the others keep a
 //!    quorum; never while an answering member still holds a raft connection to it (down for the
 //!    function only) (`leaving`);
