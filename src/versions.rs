@@ -139,6 +139,20 @@ pub fn admission(
         return Admission::Join;
     }
     if (joiner.major, joiner.minor) != cluster.next_minor() {
+        // The leader raises the cluster version a few seconds after the last member of a minor
+        // joins: while every member already runs the minor before the joiner's, it only lags.
+        let caught_up = !members.is_empty()
+            && members.iter().all(|(_, v)| {
+                v.is_some_and(|v| (v.major, v.minor + 1) >= (joiner.major, joiner.minor))
+            });
+        if caught_up {
+            return Admission::Wait(format!(
+                "etcd {joiner} waits for the cluster version ({}) to rise: every member runs {}.{} or later",
+                cluster.minor_str(),
+                joiner.major,
+                joiner.minor - 1
+            ));
+        }
         return Admission::Refuse(format!(
             "etcd {joiner} is more than one minor ahead of the cluster version {} (etcd upgrades \
              one minor at a time)",
@@ -168,10 +182,13 @@ pub fn admission(
     }
 }
 
-/// Whether an etcd of `restorer`'s version can restore a snapshot taken on `taken_on`: only of
-/// its minor or older (a newer storage version is refused).
+/// Whether an etcd of `restorer`'s version can restore a snapshot taken on `taken_on`: of its
+/// minor or the one before (a newer storage version is refused; upgrades, a restore included, go
+/// one minor at a time).
 pub fn can_restore(taken_on: Version, restorer: Version) -> bool {
-    (taken_on.major, taken_on.minor) <= (restorer.major, restorer.minor)
+    taken_on.major == restorer.major
+        && taken_on.minor <= restorer.minor
+        && restorer.minor - taken_on.minor <= 1
 }
 
 #[cfg(test)]
@@ -216,6 +233,7 @@ mod tests {
             ("3.7.4", "3.6.0", &["3.6.17", "3.6.10"], "W"),
             ("3.5.36", "3.4.0", &["3.4.23"], "J"), // etcd sets no floor for leaving 3.4
             ("3.7.4", "3.5.0", &["3.5.36"], "R"),  // two minors ahead
+            ("3.7.4", "3.5.0", &["3.6.17", "3.6.17"], "W"), // the cluster version lags
             ("3.5.36", "3.6.0", &["3.6.17"], "R"), // older than the cluster version
             ("3.4.23", "3.5.0", &["3.5.36"], "R"),
         ];
@@ -243,6 +261,10 @@ mod tests {
         assert!(can_restore(v("3.5.36"), v("3.6.17")));
         assert!(can_restore(v("3.6.17"), v("3.6.11")));
         assert!(!can_restore(v("3.7.4"), v("3.6.17")));
+        assert!(
+            !can_restore(v("3.4.23"), v("3.6.17")),
+            "two minors: not a documented path"
+        );
     }
 
     #[test]

@@ -162,6 +162,7 @@ pub fn recovery(
         Choice::Restore(backup) => Plan::only(Step::Restore {
             new: restored(record, &backup, &seed.id, settings, obs.now),
             old: record.clone(),
+            skipped: newer_unreadable(obs, &backup, restorer),
             backup,
             seed_arn: seed.arn.clone(),
         }),
@@ -193,7 +194,21 @@ fn restore_decided(obs: &Observation, old: &ClusterRecord) -> Option<Step> {
         new: new.clone(),
         backup: backup.clone(),
         seed_arn: seed.arn.clone(),
+        skipped: vec![],
     })
+}
+
+/// The backups newer than `chosen` that an etcd of `restorer`'s release cannot read.
+fn newer_unreadable(obs: &Observation, chosen: &Backup, restorer: Version) -> Vec<String> {
+    obs.backups
+        .iter()
+        .filter(|b| (b.taken_at, b.revision) > (chosen.taken_at, chosen.revision))
+        .filter(|b| {
+            b.etcd_version
+                .is_some_and(|v| !crate::versions::can_restore(v, restorer))
+        })
+        .map(|b| b.key.clone())
+        .collect()
 }
 
 /// The record of the generation restored from `backup` in place of `old`, seeded by `seed`.

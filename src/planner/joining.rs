@@ -48,6 +48,14 @@ fn the_learner(ctx: &Context) -> Option<Step> {
         return (!instance.state.is_present())
             .then(|| remove(ctx, learner, Some(instance), Removal::InstanceGone));
     }
+    if ctx.view.corrupt().contains(&learner.id) {
+        return Some(remove(
+            ctx,
+            learner,
+            Some(instance),
+            Removal::CorruptLearner,
+        ));
+    }
     if learner.is_started() {
         return Some(Step::Promote {
             instance: instance.id.clone(),

@@ -179,8 +179,10 @@ pub fn replacements(ctx: &Context) -> Vec<Step> {
     let change_under_way = ctx.view.learners().next().is_some()
         || ctx.obs.instances.iter().any(|i| being_replaced(ctx, i));
     let mut out = corrupt(ctx, change_under_way);
-    out.extend(down(ctx, change_under_way || !out.is_empty()));
-    out.extend(old_generation(ctx, change_under_way || !out.is_empty()));
+    // A corrupt majority waits for an operator; it holds up no other replacement.
+    let acting = |out: &Vec<Step>| out.iter().any(|s| !matches!(s, Step::Wait(_)));
+    out.extend(down(ctx, change_under_way || acting(&out)));
+    out.extend(old_generation(ctx, change_under_way || acting(&out)));
     let busy = change_under_way
         || !out.is_empty()
         || ctx.obs.instances.iter().any(|i| i.state.is_launching());
@@ -228,7 +230,8 @@ fn being_replaced(ctx: &Context, i: &crate::model::Instance) -> bool {
 }
 
 /// etcd's CORRUPT alarm (<https://etcd.io/docs/v3.6/op-guide/data_corruption/>): while it is
-/// raised the whole cluster refuses reads and writes (`applierV3Corrupt`,
+/// raised the whole cluster refuses writes, leases and compaction; reads are still served
+/// (`applierV3Corrupt`, on the apply path only,
 /// <https://github.com/etcd-io/etcd/blob/v3.6.17/server/etcdserver/apply/corrupt.go>). The member
 /// it names is replaced, one at a time and only while the others keep a quorum, never a
 /// majority (then an operator must choose whose data to keep); its removal takes a snapshot of a
@@ -238,6 +241,14 @@ fn corrupt(ctx: &Context, change_under_way: bool) -> Vec<Step> {
     let corrupt = ctx.view.corrupt();
     if corrupt.is_empty() {
         return vec![];
+    }
+    // etcd raises CORRUPT for member 0 when its leader finds hashes differ with no majority
+    // agreeing (`server/etcdserver/corrupt.go`, TriggerCorruptAlarm(0)): whose data to keep is
+    // an operator's call, never disarmed here.
+    if corrupt.contains(&MemberId(0)) {
+        return vec![Step::Wait(Wait::CorruptMajority {
+            members: corrupt.into_iter().collect(),
+        })];
     }
     if let Some(alarm) = ctx
         .view

@@ -123,6 +123,9 @@ pub enum Step {
         backup: Backup,
         /// The seed's ARN, which the snapshot is handed over to.
         seed_arn: String,
+        /// Newer backups of the lineage the seed's etcd cannot read (taken on a newer minor):
+        /// skipped, and said so.
+        skipped: Vec<String>,
     },
     /// The launch of an instance whose etcd release etcd would never let join (older than the
     /// cluster version, or more than one minor ahead): ABANDON, said loudly (`why`).
@@ -168,6 +171,8 @@ pub enum Replacement {
 pub enum Removal {
     Terminating,
     LearnerNeverStarted,
+    /// A learner etcd raised its CORRUPT alarm for: never promoted.
+    CorruptLearner,
     InstanceGone,
     /// Its etcd is down and its instance is marked Unhealthy: the group replaces it, possibly
     /// launching the replacement first, which cannot join while the dead member counts.
@@ -559,6 +564,7 @@ impl Step {
                 let why = match reason {
                     Removal::Terminating => "its instance is terminating",
                     Removal::LearnerNeverStarted => "its learner never started",
+                    Removal::CorruptLearner => "etcd raised CORRUPT for this learner",
                     Removal::InstanceGone => "its instance left the group",
                     Removal::Replaced => "its etcd is down and its instance is being replaced",
                 };
@@ -606,7 +612,7 @@ impl Step {
             }
             Self::EnableAuth { .. } => "access: etcd's authentication is off (ETCD_AUTH=on): create the root user the function acts as and turn it on".into(),
             Self::Disarm { alarm, .. } if alarm.kind == crate::model::CORRUPT => format!(
-                "rule 6: member {} that etcd found corrupt is no longer a member: disarm its CORRUPT alarm (the cluster refuses reads and writes while it is raised)",
+                "rule 6: member {} that etcd found corrupt is no longer a member: disarm its CORRUPT alarm (the cluster refuses writes while it is raised)",
                 alarm.member
             ),
             Self::Disarm { alarm, .. } => format!(
@@ -622,9 +628,14 @@ impl Step {
                 }
             ),
             Self::Prune { key } => format!("backups: retention lets {key} go"),
-            Self::Restore { new, backup, .. } => format!(
-                "recovery: the cluster is lost for good: start a new generation seeded by {}, restored from {} (revision {})",
-                new.seed, backup.key, backup.revision
+            Self::Restore { new, backup, skipped, .. } => format!(
+                "recovery: the cluster is lost for good: start a new generation seeded by {}, restored from {} (revision {}){}",
+                new.seed, backup.key, backup.revision,
+                if skipped.is_empty() {
+                    String::new()
+                } else {
+                    format!("; skipped, taken on a newer etcd than the seed runs: {}", skipped.join(", "))
+                }
             ),
             Self::RefuseLaunch { instance, why } => format!(
                 "rule 5: {instance} runs an etcd that can never join this cluster: abandon its launch ({why}); fix the stack's EtcdVersion and EtcdDownloadUrl"

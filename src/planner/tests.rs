@@ -2105,6 +2105,35 @@ fn a_corrupt_member_is_replaced_never_a_majority_and_its_alarm_disarmed_once_gon
     assert!(
         matches!(g.plan(), Step::Disarm { alarm, .. } if alarm.member == id(2) && alarm.kind == CORRUPT)
     );
+    // An alarm naming no member (etcd's leader found hashes that differ, no majority agreeing):
+    // an operator's call, never disarmed.
+    let mut g = given(three()).record(1).members(members());
+    if let ClusterState::Known(v) = &mut g.obs.cluster {
+        v.alarms.push(Alarm {
+            member: MemberId(0),
+            kind: CORRUPT.into(),
+        });
+    }
+    assert!(
+        matches!(g.plan(), Step::Wait(Wait::CorruptMajority { .. })),
+        "{:?}",
+        g.plan()
+    );
+    // A corrupt learner is removed, never promoted.
+    let g = given(vec![
+        inst(1, InService),
+        inst(2, InService),
+        inst(3, InService),
+        inst(4, PendingWait),
+    ])
+    .record(1)
+    .members(vec![voter(1), voter(2), voter(3), learner(4)])
+    .alarm(4, CORRUPT);
+    assert!(
+        matches!(g.plan(), Step::RemoveMember { member, reason: Removal::CorruptLearner, .. } if member == id(4)),
+        "{:?}",
+        g.plan()
+    );
     // The snapshot before its removal is never taken from it.
     let g = given(three())
         .record(1)
@@ -2140,11 +2169,17 @@ fn a_restore_uses_only_a_backup_the_seeds_etcd_can_read() {
         daily_days: 90,
         recovery: crate::config::Recovery::Auto,
     });
-    // The newer backup was taken on 3.7: skipped, the 3.6 one restored.
+    // The newer backup was taken on 3.7: skipped, said so, the 3.6 one restored.
     let step = plan(&g.obs, &s);
     assert!(
-        matches!(&step, Step::Restore { backup, .. } if backup.taken_at == 100),
+        matches!(&step, Step::Restore { backup, skipped, .. }
+        if backup.taken_at == 100 && skipped == &vec![taken(200, "3.7.4").key]),
         "{step:?}"
+    );
+    assert!(
+        step.why().contains("skipped") && step.why().contains("3.7.4"),
+        "{}",
+        step.why()
     );
     // Only 3.7 backups: a wait that names them.
     g.obs.backups = vec![taken(200, "3.7.4")];

@@ -103,7 +103,12 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                 new,
                 backup,
                 seed_arn,
+                skipped,
             } => {
+                if !skipped.is_empty() {
+                    warn!(?skipped, chosen = %backup.key,
+                        "restore: newer backups skipped, taken on a newer etcd than the seed runs");
+                }
                 let store = self.store(step)?;
                 let snapshot = meter.aws(store.hand_over(&backup.key, seed_arn)).await?;
                 let new = ClusterRecord {

@@ -55,7 +55,7 @@ def test_a_member_etcd_finds_corrupt_is_replaced_after_a_snapshot_and_its_alarm_
     url = sim.running_client_urls()[0]
     t0 = int(time.time()) - 1
     # What etcd's checks raise when a member's data differs from its peers': the cluster then
-    # refuses every read and write until the alarm is gone.
+    # refuses every write until the alarm is gone.
     etcd.call(url, "/v3/maintenance/alarm",
               {"action": "ACTIVATE", "memberID": victim["ID"], "alarm": "CORRUPT"}, timeout=5)
     assert any(a.get("alarm") == "CORRUPT" for a in _alarms(sim))
