@@ -290,7 +290,9 @@ fetch_config() {
     # etcd-asg-etcd-version tag): never start another one with it.
     want=$(sed -n 's/^ETCD_ASG_ETCD_VERSION=//p' <<< "$value")
     if [ -n "$want" ]; then
+        # A pre-release (3.7.0-rc.0) counts as its release, as the function reads versions.
         have=$("$ETCD_BIN" --version 2>/dev/null | sed -n 's/^etcd Version: //p')
+        have=${have%%-*}
         if [ "$have" != "$want" ]; then
             log "REFUSING to start: the config is for etcd $want (this instance's etcd-asg-etcd-version tag), but $ETCD_BIN is etcd ${have:-unknown}: the stack's EtcdVersion and EtcdDownloadUrl disagree"
             exit 5

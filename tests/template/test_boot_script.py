@@ -182,6 +182,26 @@ def test_exec_mode_waits_for_the_parameter_and_runs_etcd_with_exactly_its_config
     assert set(seen) - {"PWD", "SHLVL", "_"} == {line.split("=")[0] for line in written.splitlines()} | {"PATH"}
 
 
+@pytest.mark.parametrize("declared,runs,starts", [
+    ("3.6.17", "3.6.17", True),
+    ("3.7.0", "3.7.0-rc.0", True),  # a pre-release counts as its release, as the function reads it
+    ("3.6.17", "3.5.36", False),
+])
+def test_etcd_starts_only_if_it_is_the_release_the_config_names(box, declared, runs, starts):
+    (box / "bin" / "etcd").write_text(
+        f'#!/bin/bash\nif [ "$1" = --version ]; then echo "etcd Version: {runs}"; exit 0; fi\n' + FAKE_ETCD[12:])
+    (box / "bin" / "etcd").chmod(0o755)
+    answers(box, ("value", CONFIG + f"ETCD_ASG_ETCD_VERSION={declared}\n"))
+    r = boot(box, "exec")
+    if starts:
+        assert r.returncode == 0, r.stderr
+        assert "ETCD_ASG_ETCD_VERSION" not in (box / "etc" / "etcd.env").read_text()
+    else:
+        assert r.returncode == 5, r.stderr
+        assert f"REFUSING to start: the config is for etcd {declared}" in r.stderr and runs in r.stderr
+        assert not (box / "etcd-env").exists(), "etcd never ran"
+
+
 def test_a_long_wait_polls_less_and_less_often(box):
     # A `sleep` that notes each pause it is asked for, and takes it.
     (box / "bin" / "sleep").write_text('#!/bin/bash\necho "$1" >> "$FAKE_AWS/pauses"\nexec /bin/sleep "$1"\n')
