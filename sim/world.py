@@ -579,9 +579,11 @@ class Simulation:
         address = next(self._addresses)
         # The address and the etcd release it runs, as the stack's launch template and group
         # tags declare them (`etcd-asg-etcd-version`, propagated at launch from EtcdVersion).
+        # The version first: in AWS the group's tag is on the instance from its launch, so the
+        # function never sees an address without it.
         etcd_bin = self.etcd_bin
-        self.ec2.create_tags(Resources=[iid], Tags=[{"Key": ADDRESS_TAG, "Value": address},
-                                                    {"Key": VERSION_TAG, "Value": etcd.version_of(etcd_bin)}])
+        self.ec2.create_tags(Resources=[iid], Tags=[{"Key": VERSION_TAG, "Value": etcd.version_of(etcd_bin)}])
+        self.ec2.create_tags(Resources=[iid], Tags=[{"Key": ADDRESS_TAG, "Value": address}])
         data_dir = os.path.join(self.workdir, iid)
         os.makedirs(data_dir, exist_ok=True)
         if self.dead_on_arrival > 0:

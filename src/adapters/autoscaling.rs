@@ -257,9 +257,9 @@ impl Group for AutoScalingGroup {
             .collect();
         let (found, failed) = self.ask_ec2(ask).await;
         for (id, d) in &found {
-            // Its tags are set at launch (the group propagates the version tag with the
-            // instance's own creation), so the version comes with the address.
-            if d.address.is_some() {
+            // Asked again until EC2 tells both (the group propagates the version tag at the
+            // instance's launch, so in AWS both come together).
+            if d.address.is_some() && d.version.is_some() {
                 known.insert(id.clone(), d.clone());
             }
         }
