@@ -24,8 +24,8 @@ pub struct AutoScalingGroup {
     pub ec2: aws_sdk_ec2::Client,
     pub group: String,
     pub address: AddressSource,
-    /// What EC2 told of each instance once it had an address: an instance's address and launch
-    /// time do not change while it runs, so EC2 is asked only of the others (a new instance, or
+    /// What EC2 told of each instance once it had an address and a version tag: an instance's
+    /// address, launch time and version do not change while it runs, so EC2 is asked only of the others (a new instance, or
     /// one still without an address). Kept for the warm environment; forgotten when the
     /// instance leaves the group or goes past its terminate hook. With `ADDRESS_SOURCE=tag:…`
     /// the tag is read once per instance and environment: a tag changed later is not seen

@@ -1970,16 +1970,21 @@ fn running(n: u8, state: LifecycleState, version: &str) -> Instance {
     }
 }
 
-#[test]
-fn a_joiner_of_the_next_minor_waits_for_every_member_at_the_floor_and_names_them() {
-    let g = given(vec![
+/// A 3.5 cluster of two voters running `second`'s release beside 3.5.36, and a 3.6 joiner.
+fn a_3_6_joiner_beside(second: &str) -> Given {
+    given(vec![
         running(1, InService, "3.5.36"),
-        running(2, InService, "3.5.30"),
+        running(2, InService, second),
         running(4, PendingWait, "3.6.17"),
     ])
     .record(1)
     .members(vec![voter(1), voter(2)])
-    .versions("3.5.0", &["3.5.36", "3.5.30"]);
+    .versions("3.5.0", &["3.5.36", second])
+}
+
+#[test]
+fn a_joiner_of_the_next_minor_waits_for_every_member_at_the_floor_and_names_them() {
+    let g = a_3_6_joiner_beside("3.5.30");
     let plan = assess(&g.obs, &settings());
     let Step::Wait(Wait::VersionGate { instance, why }) = &plan.step else {
         panic!("{plan:?}")
@@ -1994,14 +1999,7 @@ fn a_joiner_of_the_next_minor_waits_for_every_member_at_the_floor_and_names_them
     g.obs.instances.push(running(5, PendingWait, "3.5.36"));
     assert!(matches!(g.plan(), Step::AddLearner { instance, .. } if instance == i(5)));
     // Every member at the floor: the 3.6 joiner is added.
-    let g = given(vec![
-        running(1, InService, "3.5.36"),
-        running(2, InService, "3.5.32"),
-        running(4, PendingWait, "3.6.17"),
-    ])
-    .record(1)
-    .members(vec![voter(1), voter(2)])
-    .versions("3.5.0", &["3.5.36", "3.5.32"]);
+    let g = a_3_6_joiner_beside("3.5.32");
     assert!(matches!(g.plan(), Step::AddLearner { instance, .. } if instance == i(4)));
 }
 

@@ -64,7 +64,12 @@ impl EtcdMembers {
     /// then it is tried again with a token, and tokens are sent from now on.
     pub(super) fn asks_for_root(&self, sent_token: bool, r: &Result<impl Sized, Error>) -> bool {
         let user_empty = matches!(r, Err(e) if e.refusal() == Some(Refusal::UserEmpty));
-        if sent_token || self.root.get().is_none() || !user_empty {
+        !sent_token && user_empty && self.act_as_root()
+    }
+
+    /// etcd asked for a user: send root's tokens from now on, if we have them (false: we don't).
+    pub(super) fn act_as_root(&self) -> bool {
+        if self.root.get().is_none() {
             return false;
         }
         if !self

@@ -27,15 +27,6 @@ fn active_peers(text: &str) -> impl Iterator<Item = MemberId> + '_ {
     })
 }
 
-/// What etcd answers a call that needs a user and names none.
-fn user_empty() -> Error {
-    Error::EtcdRefused {
-        operation: "status",
-        refusal: Refusal::UserEmpty,
-        message: "etcdserver: user name is empty".into(),
-    }
-}
-
 impl EtcdMembers {
     /// The second view of members that did not answer the function: which of `down` an
     /// answering member reports an active raft connection to. etcd's rafthttp keeps the gauge
@@ -240,7 +231,7 @@ impl EtcdMembers {
     /// from 3.6.9 MemberList does too), so the list alone cannot tell that authentication is on.
     async fn probe(&self, members: &[Member]) -> Result<Probed, Error> {
         let (probed, asked_for_user) = self.probe_once(members).await?;
-        if asked_for_user && self.asks_for_root(false, &Err::<(), _>(user_empty())) {
+        if asked_for_user && self.act_as_root() {
             return Ok(self.probe_once(members).await?.0);
         }
         Ok(probed)
