@@ -421,7 +421,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             self.hooks.planned(&obs, &step);
             let pass = match &step {
                 Step::Idle => Pass::Done(None),
-                Step::Wait(w) => self.wait(inv, &obs, w).await,
+                Step::Wait(w) => self.wait(inv, &obs, w, &plan.waits).await,
                 _ => self.step(inv, &obs, step).await?,
             };
             match pass {
@@ -502,9 +502,15 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
 
     /// A wait: polled while it is short and there is time, else left (its held hooks are
     /// heartbeated on the way out, `invocation`).
-    async fn wait(&self, inv: &mut Invocation, obs: &Observation, w: &Wait) -> Pass {
+    async fn wait(&self, inv: &mut Invocation, obs: &Observation, w: &Wait, all: &[Wait]) -> Pass {
         if inv.last_wait.as_ref() != Some(w) {
-            info!(wait = %w, why = %w.why(), detail = ?w, "waiting");
+            // Every other wait found on the way too: the one reported may not be what holds.
+            let also: Vec<String> = all
+                .iter()
+                .filter(|o| *o != w)
+                .map(|o| o.to_string())
+                .collect();
+            info!(wait = %w, why = %w.why(), detail = ?w, also = ?also, "waiting");
             inv.last_wait = Some(w.clone());
         }
         if inv.patient(w, self.config.timing.poll_interval) {
