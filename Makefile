@@ -40,7 +40,7 @@ export BOOTSTRAP_BIN := $(BOOTSTRAP)
 # No telemetry: these machines reach no AWS endpoint.
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: demo replay test check build-tests unit adapters e2e e2e-3.6 e2e-3.7 e2e-upgrade etcd-builds $(ETCD_BUILD_RUNS) template-check template-sync build deps apt etcd35 python-tools client-tools template-tools checkov-tools package bench clean $(ADAPTER_RUNS)
+.PHONY: demo replay test check build-tests unit adapters e2e e2e-3.6 e2e-3.7 e2e-upgrade etcd-builds history-tool $(ETCD_BUILD_RUNS) template-check template-sync build deps apt etcd35 python-tools client-tools template-tools checkov-tools package bench clean $(ADAPTER_RUNS)
 
 ## demo: the local simulation (real etcd, emulated AWS, the real function binary); on 3.6, ETCD_VERSION=3.7 for 3.7
 demo: deps build
@@ -61,6 +61,7 @@ test: deps
 # link, page, CLI command, template parameter and metric in step (tools/docs_check.py).
 check:
 	$(CARGO) fmt --all -- --check
+	cd tests/history && test -z "$$(gofmt -l .)" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go vet .
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	$(PYTHON) tools/house.py
 	$(PYTHON) tools/docs_check.py
@@ -122,7 +123,7 @@ template-sync:
 build:
 	$(CARGO) build --locked
 
-deps: apt etcd35 etcd-builds python-tools client-tools
+deps: apt etcd35 etcd-builds python-tools client-tools history-tool
 
 # The client library of the end-to-end tests (npm etcd3, tests/clients/package-lock.json pins it
 # and everything it needs by hash), with the machine's Node.js (APT_PACKAGES: nodejs).
@@ -138,6 +139,12 @@ client-tools: apt
 etcd-builds: $(ETCD_BUILD_RUNS)
 $(ETCD_BUILD_RUNS): etcd-%:
 	@tools/build-etcd.sh $* $(CACHE)/etcd-$*
+
+# The history recorder and checker of tests/history (docs/clients.md), after etcd's builds, whose
+# Go build cache it shares.
+export HISTORY_BIN := $(CACHE)/history/history
+history-tool: etcd-builds
+	@tools/build-history.sh $(CACHE)/history
 
 etcd35: apt
 	@tools/install-etcd.sh $(ETCD35_HOME) $(ETCD35_SUITE) $(ETCD35_VERSION) $(ETCD35_SERVER_SHA) $(ETCD35_CLIENT_SHA)
@@ -181,4 +188,4 @@ bench: deps
 	$(VENV)/bin/python -m sim.bench --binary $(CARGO_TARGET_DIR)/release/bootstrap
 
 clean:
-	rm -rf $(CARGO_TARGET_DIR) $(VENV) $(TEMPLATE_VENV) $(CHECKOV_VENV) $(ETCD35_HOME) $(addprefix $(CACHE)/etcd-,$(ETCD_MINORS))
+	rm -rf $(CARGO_TARGET_DIR) $(VENV) $(TEMPLATE_VENV) $(CHECKOV_VENV) $(ETCD35_HOME) $(addprefix $(CACHE)/etcd-,$(ETCD_MINORS)) $(CACHE)/history

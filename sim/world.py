@@ -10,6 +10,7 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import boto3
 
-from . import etcd, pki, procs, warm_aws
+from . import etcd, history, pki, procs, warm_aws
 from .runtime import Function
 
 # nftables' command: in /usr/sbin, which a PATH for unprivileged users may leave out.
@@ -207,9 +208,13 @@ class Writer(threading.Thread):
                 time.sleep(0.05)
         conn.close()
 
-    def stop(self):
+    def stop(self, verify: bool = True):
+        """Stops writing; unless the test records through a restore (`start_writer`), the
+        client history recorded alongside is stopped and checked too (a violation fails here)."""
         self.stop_flag.set()
         self.join(timeout=5)
+        if verify and self.sim.recording is not None and not self.sim.history_through_restore:
+            self.sim.verify_history()
 
     def lost(self) -> list[int]:
         """Acknowledged writes that cannot be read back."""
@@ -287,6 +292,11 @@ class Simulation:
         self.moto = None
         self._cut_tables: set[str] = set()  # nftables tables of cut_off(), removed at close
         self._impaired: list[str] = []  # instances of lost zones (the fault layer's impaired set)
+        # The client history recorded while the writer writes (sim/history.py, docs/clients.md).
+        self.recording: history.Recording | None = None
+        self.history_through_restore = False
+        self._history_pending = False
+        self.history_summary: dict | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -387,7 +397,9 @@ class Simulation:
         for table in list(self._cut_tables):
             subprocess.run([NFT, "delete", "table", "inet", table], capture_output=True)
         if getattr(self, "writer", None) and self.writer.is_alive():
-            self.writer.stop()
+            self.writer.stop(verify=False)
+        if getattr(self, "recording", None) is not None:
+            self.recording.kill()
         if getattr(self, "delivery", None):
             self.delivery.stop()
         for t in getattr(self, "threads", []):
@@ -746,6 +758,8 @@ class Simulation:
         while True:
             found = self.problems(desired)
             if not found:
+                if self._history_pending:
+                    self.start_history()
                 return time.monotonic() - began
             now = time.monotonic()
             if now - began > timeout:
@@ -825,6 +839,68 @@ class Simulation:
         fmt = "  ".join(f"{{:<{w}}}" for w in widths)
         return "\n".join(["  " + fmt.format(*head)] + ["  " + fmt.format(*r) for r in rows])
 
-    def start_writer(self):
+    def start_writer(self, history_through_restore: bool = False):
+        """The writer, and a client history recorded alongside (unless SIM_HISTORY=0): checked
+        when the writer stops, or, `history_through_restore`, when the test says which restores
+        it went through (`verify_history`)."""
         if self.writer and not self.writer.is_alive():
             self.writer.start()
+        self.history_through_restore = history_through_restore
+        self.start_history()
+
+    def start_history(self):
+        """The Go recorder (tests/history) through the load balancer, as an application: eight
+        clientv3 clients (two pinned to members that run now) and two watches, under /history/,
+        with a certificate of its own where TLS is on."""
+        if self.recording is not None or os.environ.get("SIM_HISTORY", "1") == "0":
+            return
+        # Before the cluster exists (a writer started before the scale-up): once it converges.
+        self._history_pending = self.member_list() is None
+        if self._history_pending:
+            return
+        self.recording = history.Recording(self.workdir, self.client_endpoint, certs=self.history_certs(),
+                                           members=self.running_client_urls()[:2], rate=50)
+
+    def history_certs(self) -> tuple[str, str, str] | None:
+        """The recorder's certificate (ca, cert, key) where TLS is on, its etcd user granted
+        /history/ (`etcd-asg client-cert`), made once. A test that restores from a backup makes
+        it before that backup: the user is in etcd's data, which a restore takes back."""
+        if not self.tls:
+            return None
+        out = os.path.join(self.workdir, "certs-history")
+        if not os.path.exists(f"{out}/history.key"):
+            r = self.cli("client-cert", "history", "--prefix", "/history/", "--out", out)
+            if r.returncode != 0:
+                raise RuntimeError(f"etcd-asg client-cert history failed: {r.stderr}")
+        return (f"{out}/ca.crt", f"{out}/history.crt", f"{out}/history.key")
+
+    def restores_declared(self) -> list[tuple[int, str]]:
+        """Every restore this simulation's function made, oldest first: (the backup's revision,
+        "backup"), from the restore fences (`<prefix>/restored/<fence>`, each the new record
+        with the snapshot it came from)."""
+        records = [json.loads(v) for k, v in self.parameters().items() if k.startswith(f"{self.prefix}/restored/")]
+        records.sort(key=lambda r: r["created_at"])
+        out = []
+        for r in records:
+            m = re.search(r"-rev(\d+)", r["restored_from"]["snapshot"]["key"])
+            out.append((int(m.group(1)), "backup"))
+        return out
+
+    def verify_history(self, restores: list[tuple[int, str]] | None = None) -> dict:
+        """Stops the recording and checks it (sim/history.py): the checker's summary; a
+        violation, or a check that could not finish, fails with its witness. `restores` are
+        the declared cuts; None: none unless the test started it `history_through_restore`,
+        then every restore the function made."""
+        rec, self.recording = self.recording, None
+        if rec is None:
+            raise AssertionError("no history is being recorded")
+        if restores is None:
+            restores = self.restores_declared() if self.history_through_restore else []
+        self.history_summary = history.verified(rec.stop(), restores, label=self.group)
+        s = self.history_summary
+        history.note(s, etcd.version_of(self.etcd_bin))
+        print(f"history: {s['ops']} operations ({s['failed']} failed, {s['unresolved_writes']} of unknown outcome), "
+              f"{s['watch_events']} watch events, {s['watch_compacted']} watches compacted; linearizable, "
+              f"watches as promised; longest without success {s['longest_without_success_ms']} ms; "
+              f"restores {s.get('restores', [])}; checked in {s['check_ms']} ms")
+        return s

@@ -26,6 +26,7 @@ def test_every_member_lost_at_once_comes_back_from_the_latest_backup(simulation,
     # and putting and reading one every half second, throughout.
     follower = apps(sim, "follow", app_certificate(sim), "app", "/app/")
     follower.wait_event("running", 30)
+    sim.history_certs()  # the recorder's etcd user, in the backup
     url = sim.running_client_urls()[0]
     for n in range(50):
         etcd.put(url, f"/before/{n:03d}", f"value {n}", timeout=5)
@@ -35,8 +36,9 @@ def test_every_member_lost_at_once_comes_back_from_the_latest_backup(simulation,
                        lambda: next((b for b in reversed(sim.backups()) if b["revision"] >= revision), None))
     data = sim.s3.get_object(Bucket=sim.backup_bucket, Key=backup["key"])["Body"].read()
     assert hashlib.sha256(data).hexdigest() == backup["sha256"] and len(data) == backup["size"]
-    # Writes go on after the snapshot: these are what the restore may lack.
-    sim.start_writer()
+    # Writes go on after the snapshot: these are what the restore may lack. The client history
+    # is recorded through the loss and the restore, which it is told of (a declared cut).
+    sim.start_writer(history_through_restore=True)
     time.sleep(3)
     lost_at = time.time()
     # The highest revision a client can have seen: the writer's last acknowledged write's.
@@ -111,6 +113,12 @@ def test_every_member_lost_at_once_comes_back_from_the_latest_backup(simulation,
     print(f"restore lacked {len(lacked)} of {len(sim.writer.acked)} acknowledged writes; snapshot age at "
           f"loss {lost_at - backup['taken_at']:.0f}s")
     assert lacked == sim.writer.acked[kept:], "only the newest writes, after the snapshot, are lacking"
+    # What clients saw, checked: linearizable on each side of the cut; the state just after it
+    # the backup's; revisions forward; the writes acknowledged after the backup counted as lost.
+    checked = sim.verify_history()
+    (cut,) = checked["restores"]
+    assert cut["revision"] == backup["revision"] and len(checked["clusters"]) == 2, checked
+    print(f"history: the restore lost {cut['lost_acknowledged_writes']} acknowledged writes of the recorder")
     with open(f"{sim.workdir}/function.log") as f:
         log = f.read()
     assert "the cluster is lost for good: restoring it from a backup" in log and backup["key"] in log
@@ -135,6 +143,9 @@ def test_a_partition_with_the_members_still_in_the_group_restores_nothing(simula
     assert r.returncode == 0 and "The cluster answers" in r.stdout, (r.stdout, r.stderr)
     assert sim.parameters()[f"{sim.prefix}/restore-request"] == first["key"]
     record = sim.parameters()[f"{sim.prefix}/cluster"]
+    # Clients recorded through it (sim/history.py).
+    sim.start_history()
+    time.sleep(2)
     # Every etcd stops answering, but the instances stay in the group.
     for iid in list(sim.instances):
         sim.pause_instance(iid)
@@ -146,6 +157,10 @@ def test_a_partition_with_the_members_still_in_the_group_restores_nothing(simula
     finally:
         for iid in list(sim.instances):
             sim.resume_instance(iid)
+    # Healed: the same cluster, and what its clients saw through the pause is what etcd promises.
+    time.sleep(3)
+    checked = sim.verify_history()
+    assert len(checked["clusters"]) == 1 and checked["longest_without_success_ms"] >= 10_000, checked
 
 
 @pytest.mark.v37
@@ -160,7 +175,7 @@ def test_a_majority_lost_for_good_comes_back_from_the_survivors_newer_data(simul
     url = sim.running_client_urls()[0]
     for n in range(40):
         etcd.put(url, f"/after/{n:03d}", f"value {n}", timeout=5)
-    sim.start_writer()
+    sim.start_writer(history_through_restore=True)
     time.sleep(3)
     # The survivor: a follower that has applied everything the leader has (a write acknowledged
     # by the other two alone would be lacking; that is the RPO the writer reports).
@@ -198,6 +213,11 @@ def test_a_majority_lost_for_good_comes_back_from_the_survivors_newer_data(simul
           f"(loss at {lost_at:.0f})")
     assert lacked == sim.writer.acked[kept:], "only the newest writes can be lacking"
     assert len(lacked) <= 5, lacked
+    # The recorded history: the cut at the survivor's revision, nothing it held lost.
+    checked = sim.verify_history()
+    (cut,) = checked["restores"]
+    assert cut["revision"] == survivor_revision and len(checked["clusters"]) == 2, checked
+    print(f"history: the restore from the survivor lost {cut['lost_acknowledged_writes']} acknowledged writes")
     with open(f"{sim.workdir}/function.log") as f:
         log = f.read()
     assert "survived a restore" in log and f'"reason":"Survivor"' in log and restored in log
