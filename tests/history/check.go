@@ -422,18 +422,37 @@ func (c *checker) linearizable(epochs []*epoch) {
 	coverage := c.watchCoverage()
 	c.sum.Linearizable = "ok"
 	for n, e := range epochs {
-		// Failed writes: of this epoch if called before it ended (a write to a dying cluster
-		// may be applied by the next one, never by an earlier one).
+		// Failed writes: of this epoch if called before it ended and, after a restore, no
+		// longer before its first answer than a request lives (the deadline, 2 s, with room):
+		// a request reaches the one cluster it was sent to, and a cluster not yet there gets none.
 		var failed []int
 		for i := range c.h.Ops {
 			o := &c.h.Ops[i]
 			if o.Status != "fail" || !o.isWrite() || o.Call > e.end {
 				continue
 			}
-			if n > 0 && o.Call < epochs[n-1].start {
+			if n > 0 && o.Call < e.start-int64(5*time.Second) {
 				continue
 			}
 			failed = append(failed, i)
+		}
+		// The last call of an answered operation on each group: a write of unknown outcome
+		// after it that nothing ever showed can have changed nothing anyone saw.
+		lastCall := make([]int64, groups)
+		for _, i := range e.ops {
+			o := &c.h.Ops[i]
+			for _, k := range o.keys() {
+				if _, ok := c.keyIdx[k]; ok && o.Call > lastCall[c.group(k)] {
+					lastCall[c.group(k)] = o.Call
+				}
+			}
+			if o.Kind == "range" {
+				for g := range lastCall {
+					if o.Call > lastCall[g] {
+						lastCall[g] = o.Call
+					}
+				}
+			}
 		}
 		perGroup := make([][]porcupine.Operation, groups)
 		add := func(m *mop, call, ret int64) {
@@ -483,13 +502,20 @@ func (c *checker) linearizable(epochs []*epoch) {
 			}
 			m := &mop{op: o, id: i, group: c.group(key), slot: c.slots(c.group(key)), unknown: true}
 			ret := int64(1) << 62
-			// Seen applied: a watch delivered its value (values are unique), at that revision.
-			if w, ok := watched[valueOf(o)]; ok && valueOf(o) != "" && w.cluster == e.cluster {
+			v := valueOf(o)
+			w, watchedHere := watched[v]
+			switch {
+			case v != "" && watchedHere && w.cluster == e.cluster:
+				// Seen applied: a watch delivered its value (values are unique), at that revision.
 				m.seenRev, ret = w.rev, w.time
-			} else if valueOf(o) != "" && !seen[valueOf(o)] && coverage[e.cluster] > o.Call+int64(10*time.Second) {
+			case v != "" && watchedHere:
+				continue // applied by another cluster: a request reaches one
+			case (v == "" || !seen[v]) && o.Call > lastCall[m.group]:
+				continue // nothing answered on its keys after it: whatever it did, nobody saw
+			case v != "" && !seen[v] && coverage[e.cluster] > o.Call+int64(10*time.Second):
 				// Never read, never delivered by a watch that kept up for 10 s after it: not applied.
 				continue
-			} else {
+			default:
 				c.sum.Unresolved++
 			}
 			if ret < o.Call {
@@ -642,10 +668,17 @@ func (c *checker) cutState(epochs []*epoch, n int, g int) []state {
 		}
 	}
 	// Writes of unknown outcome (and revokes, whose effect is not in their answer) on the
-	// group's keys before the cut: any of them may be what the backup holds.
+	// group's keys before the cut: any of them may be what the backup holds, unless called
+	// after an answer at a revision past the backup's (it would be later still).
+	pastR := prev.end + int64(5*time.Second)
+	for _, i := range prev.ops {
+		if o := &c.h.Ops[i]; o.Header.Revision > r && o.Return < pastR {
+			pastR = o.Return
+		}
+	}
 	for i := range c.h.Ops {
 		o := &c.h.Ops[i]
-		if o.Call > prev.end || !(o.Status == "fail" && o.isWrite() || o.Kind == "revoke" && o.Status == "ok") {
+		if o.Call > pastR || !(o.Status == "fail" && o.isWrite() || o.Kind == "revoke" && o.Status == "ok") {
 			continue
 		}
 		if o.Kind == "txn" {
