@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""docs/clients.md's table of what clients saw, from the checked histories the end-to-end tests
+noted ($CACHE/histories/summaries.jsonl, sim/history.py `note`): the latest figures of each
+event's test on each etcd version, as markdown rows.
+
+    python3 tools/history_table.py [summaries.jsonl]
+"""
+
+import json
+import os
+import sys
+
+# The event each test makes, and what a watch sees through it.
+EVENTS = [
+    ("a member replaced (each, one at a time)", "test_certificates_renew_by_replacing_members_one_at_a_time",
+     "resumed on another member, nothing skipped or repeated"),
+    ("the demo's steps: scale out, every member replaced, scale in, the leader terminated, a lost "
+     "launch event, a member detached", "test_no_acknowledged_write_was_lost_and_the_cluster_id_never_changed",
+     "resumed, nothing skipped or repeated"),
+    ("a zone lost (two voters of five)", "test_a_zone_of_two_members_of_five_lost",
+     "resumed, nothing skipped or repeated"),
+    ("a member only clients cannot reach", "test_a_member_only_the_function_cannot_reach",
+     "resumed, nothing skipped or repeated"),
+    ("every member paused 12 s, then resumed", "test_a_partition_with_the_members_still_in_the_group",
+     "resumed, nothing skipped or repeated"),
+    ("every member lost: restore from a backup", "test_every_member_lost_at_once_comes_back_from_the_latest_backup",
+     "told its revision was compacted; re-listed"),
+    ("a majority lost: restore from the survivor", "test_a_majority_lost_for_good_comes_back_from_the_survivors",
+     "told its revision was compacted, or cancelled; re-listed"),
+    ("the upgrade chain 3.4 → 3.5 → 3.6 → 3.7", "test_a_cluster_born_on_3_4_rolls_to_3_7",
+     "resumed, nothing skipped or repeated"),
+]
+
+
+def main():
+    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.environ.get("ETCD_BUILDS", "/var/tmp/etcd-asg-lifecycle"), "histories", "summaries.jsonl")
+    latest = {}
+    with open(path) as f:
+        for line in f:
+            s = json.loads(line)
+            latest[(s["test"].split("::")[-1], s["etcd"].rsplit(".", 1)[0])] = s
+    print("| event | etcd | checked: operations (failed, unknown outcome), watch events | "
+          "longest with no operation succeeding | slowest answered operation | restore: acknowledged writes lost | "
+          "a watch |")
+    print("|---|---|---|---|---|---|---|")
+    for event, test, watch in EVENTS:
+        for (name, minor), s in sorted(latest.items()):
+            if not name.startswith(test):
+                continue
+            cut = "; ".join(str(r["lost_acknowledged_writes"]) + (" (survivor's revision)" if "survivor" in event else
+                                                                  " (after the backup)")
+                            for r in s.get("restores") or []) or "—"
+            print(f"| {event} | {minor} | {s['ops']} ({s['failed']}, {s['unresolved_writes']}), {s['watch_events']} "
+                  f"| {s['longest_without_success_ms'] / 1000:.1f} s | {s['longest_ok_op_ms'] / 1000:.1f} s | {cut} "
+                  f"| {watch} |")
+
+
+if __name__ == "__main__":
+    main()
