@@ -352,6 +352,20 @@ pub struct ClusterRecord {
     /// replaced (kept for the audit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<Restore>,
+    /// The group was scaled to zero and the cluster put to sleep: the final snapshot of its last
+    /// voter, verified in the bucket, which the next generation is restored from whatever
+    /// RECOVERY says (docs/backups.md, "Hibernation"). Cleared once the group wants instances
+    /// again while the cluster still runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sleeping: Option<Sleeping>,
+}
+
+/// Where a sleeping cluster's data is: the final snapshot, at the revision it holds.
+#[derive(Clone, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Sleeping {
+    pub key: String,
+    pub revision: i64,
+    pub since: Timestamp,
 }
 
 /// What a restored generation came from.
@@ -419,6 +433,7 @@ impl ClusterRecord {
             state: RecordState::Bootstrapping,
             cluster_id: None,
             restored_from: None,
+            sleeping: None,
         }
     }
 

@@ -86,6 +86,44 @@ pub fn before_removal(ctx: &Context) -> Option<Step> {
         .flatten()
 }
 
+/// Hibernation: the group is scaled to zero and `last` holds the last voter. Before its
+/// termination completes, a final snapshot of it at its current revision (or later) is in the
+/// bucket, and the record says the cluster sleeps there; then None: it may go. Held (a wait,
+/// its hook heartbeated) while the store fails. Without backups configured there is nothing to
+/// keep the data in: None, and it goes as before (docs/backups.md).
+pub fn hibernate(ctx: &Context, last: &crate::model::Instance) -> Option<Step> {
+    ctx.settings.backup.as_ref()?;
+    let record = ctx.obs.published.cluster.as_ref()?;
+    if let Some(why) = &ctx.obs.backups_failing {
+        return Some(Step::Wait(Wait::FinalSnapshotPending {
+            instance: last.id.clone(),
+            why: format!("the backup store fails: {why}"),
+        }));
+    }
+    let (member, _) = source(ctx.view)?;
+    let revision = ctx.view.statuses.get(&member).map(|s| s.revision);
+    let final_snapshot = latest(&ctx.obs.backups, &record.token)
+        .filter(|b| revision.is_some_and(|r| b.revision >= r));
+    let Some(backup) = final_snapshot else {
+        return snapshot(ctx, BackupReason::Final);
+    };
+    let sleeping = crate::model::Sleeping {
+        key: backup.key.clone(),
+        revision: backup.revision,
+        since: ctx.obs.now,
+    };
+    let recorded = record
+        .sleeping
+        .as_ref()
+        .is_some_and(|s| s.key == sleeping.key);
+    (!recorded).then(|| {
+        Step::Sleep(ClusterRecord {
+            sleeping: Some(sleeping),
+            ..record.clone()
+        })
+    })
+}
+
 /// A scheduled snapshot when one is due, else a backup retention lets go.
 pub fn scheduled(ctx: &Context) -> Option<Step> {
     let policy = usable(ctx.obs, ctx.settings)?;
@@ -148,6 +186,9 @@ pub fn recovery(
     if let Some(step) = restore_decided(obs, record) {
         return Plan::only(step);
     }
+    if let Some(sleeping) = &record.sleeping {
+        return wake(obs, settings, record, sleeping);
+    }
     let Some(seed) = seed_candidate(obs, None) else {
         return unreachable(format!(
             "the cluster is lost for good; a launching instance will seed its restore ({detail})"
@@ -178,6 +219,56 @@ pub fn recovery(
             "every member is gone and there is no backup to restore ({detail})"
         )),
     }
+}
+
+/// A sleeping cluster wakes from exactly its final snapshot when an instance launches, whatever
+/// RECOVERY says: this is no disaster, and no request is awaited.
+fn wake(
+    obs: &Observation,
+    settings: &Settings,
+    record: &ClusterRecord,
+    sleeping: &crate::model::Sleeping,
+) -> Plan {
+    let asleep = || {
+        Plan::waiting(Wait::Asleep {
+            key: sleeping.key.clone(),
+            revision: sleeping.revision,
+        })
+    };
+    let Some(seed) = seed_candidate(obs, None) else {
+        return asleep();
+    };
+    let Some(restorer) = seed.etcd_version else {
+        return Plan::waiting(Wait::VersionUnknown {
+            instance: seed.id.clone(),
+        });
+    };
+    let Some(backup) = obs.backups.iter().find(|b| b.key == sleeping.key) else {
+        return Plan::waiting(Wait::ClusterUnreachable {
+            detail: format!(
+                "the cluster sleeps at {} (revision {}), which is not in the bucket any more: restore another with `etcd-asg restore`",
+                sleeping.key, sleeping.revision
+            ),
+        });
+    };
+    // A snapshot named without its release is taken as readable, as `choose_for` takes it.
+    if backup
+        .etcd_version
+        .is_some_and(|v| !crate::versions::can_restore(v, restorer))
+    {
+        return Plan::waiting(Wait::NoRestorableBackup {
+            instance: seed.id.clone(),
+            seed_version: restorer.to_string(),
+            skipped: vec![backup.key.clone()],
+        });
+    }
+    Plan::only(Step::Restore {
+        new: restored(record, backup, &seed.id, settings, obs.now),
+        old: record.clone(),
+        skipped: vec![],
+        backup: backup.clone(),
+        seed_arn: seed.arn.clone(),
+    })
 }
 
 /// A restore already decided for `old` (its fence written, the record not: a crash or a lost

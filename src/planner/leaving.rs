@@ -88,7 +88,7 @@ fn last_voter(ctx: &Context, i: &Instance) -> Step {
             instance: i.id.clone(),
             desired_capacity: ctx.obs.desired_capacity,
         }),
-        None => release(ctx, i),
+        None => super::backup::hibernate(ctx, i).unwrap_or_else(|| release(ctx, i)),
     }
 }
 

@@ -37,6 +37,14 @@ pub fn bookkeeping(ctx: &Context) -> Option<Step> {
         }
         return None;
     }
+    // Scaled back up before the last voter left: the cluster runs, so its sleeping snapshot is
+    // not its data any more (a later loss restores the latest backup, as any other).
+    if record.sleeping.is_some() && obs.desired_capacity > 0 {
+        return Some(Step::Sleep(ClusterRecord {
+            sleeping: None,
+            ..record.clone()
+        }));
+    }
     // Once it served, the seed's config never says `new` again: if the seed lost its data it
     // would bootstrap a one-member cluster with the very same member and cluster ids. With
     // `existing` and nobody else listed, such an etcd refuses to start instead.

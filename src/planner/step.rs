@@ -25,6 +25,9 @@ pub enum Step {
     },
     /// Rewrite the record as having served, with the cluster's id.
     MarkServed(ClusterRecord),
+    /// Rewrite the record of the same cluster as asleep at its final snapshot (`sleeping`), or
+    /// awake again (None): the group scaled to zero, or back up before the last voter left.
+    Sleep(ClusterRecord),
     Publish {
         instance: String,
         /// The instance's ARN: only its own requests may read the config (and bundle).
@@ -186,6 +189,8 @@ pub enum BackupReason {
     BeforeRemoval,
     /// The quorum is lost for good: the freshest survivor's data, before the restore.
     Survivor,
+    /// The group is scaled to zero: the last voter's data, before it goes (hibernation).
+    Final,
 }
 
 /// Work remains, but no step is safe or useful right now.
@@ -203,6 +208,18 @@ pub enum Wait {
     },
     /// A record that never served, whose seed is gone, and no launching instance to seed anew.
     NoSeed,
+    /// The cluster sleeps (the group was scaled to zero) at its final snapshot: it wakes, from
+    /// exactly that snapshot, when an instance launches.
+    Asleep {
+        key: String,
+        revision: i64,
+    },
+    /// The last voter's termination is held until its final snapshot is in the bucket: the
+    /// store fails, or the snapshot has not caught up with the member's revision yet.
+    FinalSnapshotPending {
+        instance: String,
+        why: String,
+    },
     /// Every member is gone and RECOVERY=manual: waiting for `<prefix>/restore-request`; one
     /// found there older than the lost generation is `stale` (never used: it was for an
     /// earlier loss).
@@ -340,6 +357,8 @@ impl Step {
             Self::CreateCluster(_) => "create-cluster",
             Self::ReseedCluster { .. } => "reseed-cluster",
             Self::MarkServed(_) => "mark-served",
+            Self::Sleep(r) if r.sleeping.is_some() => "hibernate",
+            Self::Sleep(_) => "wake",
             Self::Publish { .. } => "publish-config",
             Self::AddLearner { .. } => "add-learner",
             Self::Promote { .. } => "promote",
@@ -365,7 +384,7 @@ impl Step {
 
     pub fn instance(&self) -> Option<&str> {
         match self {
-            Self::CreateCluster(r) | Self::MarkServed(r) => Some(&r.seed),
+            Self::CreateCluster(r) | Self::MarkServed(r) | Self::Sleep(r) => Some(&r.seed),
             Self::ReseedCluster { new, .. } | Self::Restore { new, .. } => Some(&new.seed),
             Self::Publish { instance, .. }
             | Self::AddLearner { instance, .. }
@@ -427,6 +446,8 @@ impl Wait {
             Self::ClusterUnreachable { .. } => "cluster-unreachable",
             Self::NoSeed => "no-seed",
             Self::AwaitRestoreRequest { .. } => "await-restore-request",
+            Self::Asleep { .. } => "asleep",
+            Self::FinalSnapshotPending { .. } => "final-snapshot-pending",
             Self::QuorumGuard { .. } => "quorum-guard",
             Self::VoterNotStarted { .. } => "voter-not-started",
             Self::LastVoterHeld { .. } => "last-voter-held",
@@ -458,6 +479,7 @@ impl Wait {
             | Self::MemberUnreachableFromFunction { instance, .. }
             | Self::VersionGate { instance, .. }
             | Self::VersionUnknown { instance }
+            | Self::FinalSnapshotPending { instance, .. }
             | Self::NoRestorableBackup { instance, .. } => Some(instance),
             Self::QuorumGuard { instance, .. }
             | Self::NotYetVisible { instance, .. }
@@ -541,6 +563,13 @@ impl Step {
                 "rule 0: the seed {} is a started voter: note in the record that the cluster served",
                 r.seed
             ),
+            Self::Sleep(r) => match &r.sleeping {
+                Some(s) => format!(
+                    "hibernation: the group is scaled to zero and the last voter's final snapshot {} (revision {}) is in the bucket: note in the record that the cluster sleeps there",
+                    s.key, s.revision
+                ),
+                None => "hibernation: the group wants instances again while the cluster still runs: note in the record that it is awake".into(),
+            },
             Self::Publish { instance, config, .. } => format!(
                 "rule 1/4: publish {instance}'s etcd config (initial-cluster-state {:?}, {} members)",
                 config.state,
@@ -625,6 +654,7 @@ impl Step {
                     BackupReason::Scheduled => "the interval passed and the revision moved: a scheduled",
                     BackupReason::BeforeRemoval => "a healthy member is about to be removed: a fresh",
                     BackupReason::Survivor => "the quorum is lost for good and this survivor holds the newest data: a",
+                    BackupReason::Final => "the group is scaled to zero and this is the last voter: a final",
                 }
             ),
             Self::Prune { key } => format!("backups: retention lets {key} go"),
@@ -656,6 +686,12 @@ impl Wait {
                 "a cluster record exists but no member answers as a voter that knows a leader: changing nothing ({detail})"
             ),
             Self::NoSeed => "the seed never served and is gone; waiting for a launching instance to seed anew".into(),
+            Self::Asleep { key, revision } => format!(
+                "the cluster sleeps (the group was scaled to zero) at its final snapshot {key} (revision {revision}): the next launching instance restores exactly that, whatever RECOVERY says"
+            ),
+            Self::FinalSnapshotPending { instance, why } => format!(
+                "the group is scaled to zero and {instance} is the last voter: its termination is held (heartbeated) until its final snapshot is in the bucket ({why}); to let it go without one, complete its lifecycle action by hand"
+            ),
             Self::AwaitRestoreRequest { stale } => format!(
                 "the cluster is lost for good and RECOVERY=manual: put the backup to restore (a key, or latest) in <prefix>/restore-request{}",
                 stale.as_ref().map(|s| format!(

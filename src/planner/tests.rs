@@ -2224,3 +2224,147 @@ fn a_join_blocked_by_a_dead_voter_does_not_hold_up_that_voters_replacement() {
         }
     );
 }
+
+// Hibernation: the group scaled to zero keeps its data in a final snapshot.
+
+impl Given {
+    /// Member `n` answers its status at `revision`.
+    fn status(mut self, n: u8, revision: i64) -> Self {
+        if let ClusterState::Known(v) = &mut self.obs.cluster {
+            v.statuses.insert(
+                id(n),
+                MemberStatus {
+                    revision,
+                    version: "3.6.17".into(),
+                    ..Default::default()
+                },
+            );
+        }
+        self
+    }
+}
+
+fn sleeping_at(revision: i64) -> crate::model::Sleeping {
+    crate::model::Sleeping {
+        key: backup_at(revision).key,
+        revision,
+        since: 1000,
+    }
+}
+
+#[test]
+fn the_last_voter_of_a_group_scaled_to_zero_goes_only_after_its_final_snapshot_and_the_record_says_so(
+) {
+    let base = || {
+        with_backups(given(vec![inst(1, TerminatingWait)]))
+            .record(1)
+            .some_config(1)
+            .members(vec![voter(1)])
+            .status(1, 70)
+    };
+    // Its newest backup is older than its revision: a final snapshot of it first.
+    let mut g = base();
+    g.obs.backups = vec![backup_at(60)];
+    let step = g.plan();
+    assert!(
+        matches!(&step, Step::Backup { member, reason: BackupReason::Final, facts, .. }
+            if *member == id(1) && facts.revision == 70),
+        "{step:?}"
+    );
+    assert!(step.why().contains("final"), "{}", step.why());
+    // The snapshot holds its revision: the record says the cluster sleeps there.
+    g.obs.backups = vec![backup_at(60), backup_at(70)];
+    let step = g.plan();
+    let Step::Sleep(record) = &step else {
+        panic!("{step:?}")
+    };
+    assert_eq!(record.sleeping, Some(sleeping_at(70)));
+    assert_eq!(step.name(), "hibernate");
+    // Recorded: then it goes as before (its config, then its action).
+    g.obs.published.cluster.as_mut().unwrap().sleeping = Some(sleeping_at(70));
+    assert!(
+        matches!(g.plan(), Step::Unpublish { ref instance, .. } if *instance == i(1)),
+        "{:?}",
+        g.plan()
+    );
+    // A write after the snapshot (a client still connected): snapshot again.
+    let mut later = base().status(1, 75);
+    later.obs.backups = vec![backup_at(70)];
+    later.obs.published.cluster.as_mut().unwrap().sleeping = Some(sleeping_at(70));
+    assert!(
+        matches!(
+            later.plan(),
+            Step::Backup {
+                reason: BackupReason::Final,
+                ..
+            }
+        ),
+        "{:?}",
+        later.plan()
+    );
+    // The store fails: held, and says why.
+    let mut failing = base();
+    failing.obs.backups_failing = Some("AccessDenied".into());
+    assert!(
+        matches!(failing.plan(), Step::Wait(Wait::FinalSnapshotPending { ref instance, ref why })
+            if *instance == i(1) && why.contains("AccessDenied")),
+        "{:?}",
+        failing.plan()
+    );
+    // Without backups there is nowhere to keep the data: it goes, as it always did.
+    let mut none = base();
+    none.settings = None;
+    assert!(
+        matches!(none.plan(), Step::Unpublish { ref instance, .. } if *instance == i(1)),
+        "{:?}",
+        none.plan()
+    );
+}
+
+#[test]
+fn a_sleeping_cluster_wakes_from_exactly_its_final_snapshot_whatever_recovery_says() {
+    let mut s = settings();
+    s.backup = Some(crate::config::BackupPolicy {
+        interval_secs: 900,
+        hourly_days: 7,
+        daily_days: 90,
+        recovery: crate::config::Recovery::Manual,
+    });
+    let mut g = given(vec![]).record(1);
+    g.obs.published.cluster.as_mut().unwrap().sleeping = Some(sleeping_at(70));
+    // A newer backup of the generation is not what it sleeps at: never chosen.
+    let mut newer = backup_at(90);
+    newer.taken_at = 950;
+    g.obs.backups = vec![backup_at(70), newer];
+    // Nobody launching: asleep, and says where.
+    assert_eq!(
+        plan(&g.obs, &s),
+        Step::Wait(Wait::Asleep {
+            key: backup_at(70).key,
+            revision: 70
+        })
+    );
+    // The group scaled up: restored from the final snapshot, no restore request awaited.
+    g.obs.instances = vec![running(5, PendingWait, "3.6.17")];
+    let step = plan(&g.obs, &s);
+    assert!(
+        matches!(&step, Step::Restore { backup, new, .. }
+            if backup.key == backup_at(70).key && new.sleeping.is_none() && new.seed == i(5)),
+        "{step:?}"
+    );
+}
+
+#[test]
+fn a_group_scaled_back_up_before_its_last_voter_left_is_awake_again() {
+    let mut g = with_backups(given(vec![inst(1, InService)]))
+        .record(1)
+        .members(vec![voter(1)])
+        .desired(1);
+    g.obs.published.cluster.as_mut().unwrap().sleeping = Some(sleeping_at(70));
+    let step = g.plan();
+    assert!(
+        matches!(&step, Step::Sleep(r) if r.sleeping.is_none()),
+        "{step:?}"
+    );
+    assert_eq!(step.name(), "wake");
+}

@@ -42,6 +42,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             Step::CreateCluster(_)
             | Step::ReseedCluster { .. }
             | Step::MarkServed(_)
+            | Step::Sleep(_)
             | Step::Restore { .. } => self.record(step, meter).await,
             Step::Publish { .. }
             | Step::Unpublish { .. }
@@ -96,6 +97,17 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             Step::MarkServed(record) => Ok(won(
                 meter.aws(published.mark_served(record)).await?,
                 "recorded",
+                record,
+            )),
+            // The same cluster's newer facts, as mark_served writes them (that generation
+            // served: its record is never replaced by a re-seed).
+            Step::Sleep(record) => Ok(won(
+                meter.aws(published.mark_served(record)).await?,
+                if record.sleeping.is_some() {
+                    "asleep"
+                } else {
+                    "awake"
+                },
                 record,
             )),
             Step::Restore {

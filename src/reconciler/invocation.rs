@@ -191,6 +191,7 @@ impl Seen {
             Step::CreateCluster(_)
             | Step::ReseedCluster { .. }
             | Step::MarkServed(_)
+            | Step::Sleep(_)
             | Step::Restore { .. }
             | Step::Publish { .. }
             | Step::Unpublish { .. }

@@ -313,3 +313,46 @@ def test_a_manual_restore_is_used_once_and_never_replayed_on_a_later_loss(simula
     assert etcd.keys_with_prefix(url, "/second/") == {"/second/only"}
     third = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
     assert third["restored_from"]["snapshot"]["key"] == second["key"]
+
+
+@pytest.mark.v37
+@pytest.mark.long(150)
+def test_a_group_scaled_to_zero_sleeps_in_a_final_snapshot_and_wakes_with_every_acknowledged_write(simulation):
+    # RECOVERY=manual: waking is no disaster, and waits for nobody. The periodic backups are an
+    # hour apart: only the final snapshot can hold the writes of the last minutes.
+    sim = simulation(backups=True, function_env={"BACKUP_INTERVAL_MINUTES": "60", "RECOVERY": "manual"})
+    sim.scale(3)
+    sim.wait_converged(3, label="bootstrap")
+    wait_for("the first backup", 60, sim.backups)
+    old_record = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
+    sim.start_writer(history_through_restore=True)
+    time.sleep(5)
+    # Put to sleep: the group scaled to zero, the writer on until the last member is gone.
+    sim.scale(0)
+    wait_for("the group at zero", 240, lambda: not sim.group_instances(), every=1)
+    sim.writer.stop()
+    record = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
+    sleeping = record.get("sleeping")
+    assert sleeping and record["token"] == old_record["token"], record
+    final = next(b for b in sim.backups() if b["key"] == sleeping["key"])
+    assert final["revision"] == sleeping["revision"] and final["revision"] > 0, (final, sleeping)
+    with open(f"{sim.workdir}/function.log") as f:
+        log = f.read()
+    assert "a final snapshot of member" in log and '"outcome":"asleep"' in log, "no final snapshot logged"
+    # Asleep: the function says so, and changes nothing.
+    time.sleep(6)
+    assert json.loads(sim.parameters()[f"{sim.prefix}/cluster"]) == record
+    with open(f"{sim.workdir}/function.log") as f:
+        assert '"wait":"asleep"' in f.read(), "no asleep wait logged"
+    # Woken: restored from exactly that snapshot, with no restore request.
+    sim.cluster_id = None
+    sim.scale(3)
+    sim.wait_converged(3, label="woken from the final snapshot", timeout=240)
+    woken = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
+    assert woken["restored_from"]["snapshot"]["key"] == sleeping["key"] and "sleeping" not in woken, woken
+    assert f"{sim.prefix}/restore-request" not in sim.parameters()
+    # Every write acknowledged before the scale-in is there.
+    assert sim.writer.acked and sim.writer.lost() == []
+    checked = sim.verify_history()
+    (cut,) = checked["restores"]
+    assert cut["revision"] == sleeping["revision"] and cut["lost_acknowledged_writes"] == 0, checked
