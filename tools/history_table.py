@@ -29,8 +29,6 @@ EVENTS = [
      "told its revision was compacted, or cancelled; re-listed"),
     ("the upgrade chain 3.4 → 3.5 → 3.6 → 3.7", "test_a_cluster_born_on_3_4_rolls_to_3_7",
      "resumed, nothing skipped or repeated"),
-    ("the group scaled to zero and back (hibernation)", "test_a_group_scaled_to_zero_sleeps_in_a_final_snapshot",
-     "told its revision was compacted; re-listed"),
 ]
 
 

@@ -100,7 +100,13 @@ pub fn hibernate(ctx: &Context, last: &crate::model::Instance) -> Option<Step> {
             why: format!("the backup store fails: {why}"),
         }));
     }
-    let (member, _) = source(ctx.view)?;
+    // A last voter that cannot be read is held: its data may be newer than any backup.
+    let Some((member, _)) = source(ctx.view) else {
+        return Some(Step::Wait(Wait::FinalSnapshotPending {
+            instance: last.id.clone(),
+            why: "the last voter does not answer its status: no snapshot can be taken of it".into(),
+        }));
+    };
     let revision = ctx.view.statuses.get(&member).map(|s| s.revision);
     let final_snapshot = latest(&ctx.obs.backups, &record.token)
         .filter(|b| revision.is_some_and(|r| b.revision >= r));
@@ -186,9 +192,17 @@ pub fn recovery(
     if let Some(step) = restore_decided(obs, record) {
         return Plan::only(step);
     }
+    // A sleeping cluster wakes from its final snapshot. Should that be gone from the bucket,
+    // nothing else is restored on a guess: an operator names a backup (`restore-request`),
+    // whatever RECOVERY says.
+    let mut policy = policy.clone();
     if let Some(sleeping) = &record.sleeping {
-        return wake(obs, settings, record, sleeping);
+        if obs.backups.iter().any(|b| b.key == sleeping.key) {
+            return wake(obs, settings, record, sleeping);
+        }
+        policy.recovery = crate::config::Recovery::Manual;
     }
+    let policy = &policy;
     let Some(seed) = seed_candidate(obs, None) else {
         return unreachable(format!(
             "the cluster is lost for good; a launching instance will seed its restore ({detail})"
@@ -244,12 +258,7 @@ fn wake(
         });
     };
     let Some(backup) = obs.backups.iter().find(|b| b.key == sleeping.key) else {
-        return Plan::waiting(Wait::ClusterUnreachable {
-            detail: format!(
-                "the cluster sleeps at {} (revision {}), which is not in the bucket any more: restore another with `etcd-asg restore`",
-                sleeping.key, sleeping.revision
-            ),
-        });
+        return asleep(); // `recovery` sends no cluster whose snapshot is gone here
     };
     // A snapshot named without its release is taken as readable, as `choose_for` takes it.
     if backup

@@ -37,9 +37,14 @@ pub fn bookkeeping(ctx: &Context) -> Option<Step> {
         }
         return None;
     }
-    // Scaled back up before the last voter left: the cluster runs, so its sleeping snapshot is
-    // not its data any more (a later loss restores the latest backup, as any other).
-    if record.sleeping.is_some() && obs.desired_capacity > 0 {
+    // Scaled back up before the last voter left: once a voter serves on an instance in service
+    // the cluster runs on, its sleeping snapshot is not its data any more (a later loss restores
+    // the latest backup, as any other). Not while the last voter is only on its way out.
+    let running_on = view.voters().any(|m| {
+        ctx.instance_of(m)
+            .is_some_and(|i| i.state == LifecycleState::InService)
+    });
+    if record.sleeping.is_some() && obs.desired_capacity > 0 && running_on {
         return Some(Step::Sleep(ClusterRecord {
             sleeping: None,
             ..record.clone()

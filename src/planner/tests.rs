@@ -2368,3 +2368,42 @@ fn a_group_scaled_back_up_before_its_last_voter_left_is_awake_again() {
     );
     assert_eq!(step.name(), "wake");
 }
+
+#[test]
+fn hibernation_never_lets_data_go_on_a_guess() {
+    // The last voter does not answer its status: held, no snapshot can be taken of it.
+    let g = with_backups(given(vec![inst(1, TerminatingWait)]))
+        .record(1)
+        .some_config(1)
+        .members(vec![voter(1)])
+        .unhealthy(1);
+    assert!(
+        matches!(g.plan(), Step::Wait(Wait::FinalSnapshotPending { ref why, .. }) if why.contains("status")),
+        "{:?}",
+        g.plan()
+    );
+    // The group wants an instance again while the last voter is only on its way out: still
+    // asleep in the record until a voter serves on an instance in service.
+    let mut leaving = with_backups(given(vec![inst(1, TerminatingWait)]))
+        .record(1)
+        .some_config(1)
+        .members(vec![voter(1)])
+        .status(1, 70)
+        .desired(1);
+    leaving.obs.published.cluster.as_mut().unwrap().sleeping = Some(sleeping_at(70));
+    assert!(
+        !matches!(leaving.plan(), Step::Sleep(_)),
+        "{:?}",
+        leaving.plan()
+    );
+    // Its final snapshot gone from the bucket: nothing else restored on a guess, even with
+    // RECOVERY=auto; an operator names one.
+    let mut gone = with_backups(given(vec![running(5, PendingWait, "3.6.17")])).record(1);
+    gone.obs.published.cluster.as_mut().unwrap().sleeping = Some(sleeping_at(70));
+    gone.obs.backups = vec![backup_at(60)];
+    assert!(
+        matches!(gone.plan(), Step::Wait(Wait::AwaitRestoreRequest { .. })),
+        "{:?}",
+        gone.plan()
+    );
+}

@@ -325,12 +325,14 @@ def test_a_group_scaled_to_zero_sleeps_in_a_final_snapshot_and_wakes_with_every_
     sim.wait_converged(3, label="bootstrap")
     wait_for("the first backup", 60, sim.backups)
     old_record = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
-    sim.start_writer(history_through_restore=True)
+    sim.start_writer()
     time.sleep(5)
-    # Put to sleep: the group scaled to zero, the writer on until the last member is gone.
+    # Writes up to the scale-in (its history checked as the writer stops), then to sleep: the
+    # group scaled to zero. (A client still writing on a connection to the last member after
+    # its final snapshot could lose those writes: docs/backups.md.)
+    sim.writer.stop()
     sim.scale(0)
     wait_for("the group at zero", 240, lambda: not sim.group_instances(), every=1)
-    sim.writer.stop()
     record = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
     sleeping = record.get("sleeping")
     assert sleeping and record["token"] == old_record["token"], record
@@ -351,8 +353,7 @@ def test_a_group_scaled_to_zero_sleeps_in_a_final_snapshot_and_wakes_with_every_
     woken = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
     assert woken["restored_from"]["snapshot"]["key"] == sleeping["key"] and "sleeping" not in woken, woken
     assert f"{sim.prefix}/restore-request" not in sim.parameters()
-    # Every write acknowledged before the scale-in is there.
+    # Every write acknowledged before the scale-in is there, and the revision moved forward.
     assert sim.writer.acked and sim.writer.lost() == []
-    checked = sim.verify_history()
-    (cut,) = checked["restores"]
-    assert cut["revision"] == sleeping["revision"] and cut["lost_acknowledged_writes"] == 0, checked
+    url = sim.running_client_urls()[0]
+    assert int(etcd.status(url)["header"]["revision"]) >= sleeping["revision"] + 1_000_000_000

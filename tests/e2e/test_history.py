@@ -167,20 +167,22 @@ def test_the_checker_passes_a_real_history_and_rejects_each_edit_with_its_witnes
     _violation(_write(edited, str(tmp_path / "lost.jsonl")), "not linearizable", "range", kv["key"])
 
     # A stale linearizable read: a get answered with the value before the one it saw.
-    for k, line in enumerate(lines):
+    def stale_candidate(line):
         op = line.get("op", {})
-        if op.get("kind") == "get" and op.get("status") == "ok" and op.get("kvs"):
-            seen = op["kvs"][0]
-            older = [(rev, v) for (rev, key), v in puts.items() if key == seen["key"] and rev < seen["mod"]]
-            if older and (seen["mod"], seen["key"]) in puts:
-                break
-    rev, v = max(older)
+        if op.get("kind") != "get" or op.get("status") != "ok" or not op.get("kvs"):
+            return None
+        seen = op["kvs"][0]
+        older = [(rev, v) for (rev, key), v in puts.items() if key == seen["key"] and rev < seen["mod"]]
+        return (seen, max(older)) if older and (seen["mod"], seen["key"]) in puts else None
+
+    k, (seen, (rev, v)) = next((k, c) for k, line in enumerate(lines) if (c := stale_candidate(line)))
     edited = copy.deepcopy(lines)
     edited[k]["op"]["kvs"][0].update(value=v, mod=rev)
     _violation(_write(edited, str(tmp_path / "stale.jsonl")), "not linearizable", f"get {seen['key']}", v)
 
     # A second cluster answering with no restore declared: a split.
-    half = lines[len(lines) // 2]["op"]["call"] if "op" in lines[len(lines) // 2] else 0
+    calls = sorted(line["op"]["call"] for line in lines if "op" in line)
+    half = calls[len(calls) // 2]
     edited = copy.deepcopy(lines)
     for line in edited:
         op = line.get("op")

@@ -214,7 +214,7 @@ func (c *checker) epochs() []*epoch {
 		o := &c.h.Ops[i]
 		e := byCluster[o.Header.Cluster]
 		if e == nil {
-			e = &epoch{cluster: o.Header.Cluster, start: o.Call, minRev: o.Header.Revision}
+			e = &epoch{cluster: o.Header.Cluster, start: o.Call, minRev: -1}
 			byCluster[o.Header.Cluster] = e
 			out = append(out, e)
 		}
@@ -231,7 +231,7 @@ func (c *checker) epochs() []*epoch {
 			if o.Header.Revision > e.maxRev {
 				e.maxRev = o.Header.Revision
 			}
-			if o.Header.Revision < e.minRev {
+			if e.minRev < 0 || o.Header.Revision < e.minRev {
 				e.minRev = o.Header.Revision
 			}
 		}
@@ -317,9 +317,12 @@ func (c *checker) cuts(epochs []*epoch) {
 		}
 		before := epochs[n]
 		rep := CutReport{Revision: r.Revision, Kind: r.Kind, From: fmt.Sprintf("%x", before.cluster), To: fmt.Sprintf("%x", epochs[n+1].cluster)}
+		after := c.valuesOf(epochs[n+1].cluster)
 		for _, i := range before.ops {
 			for _, e := range effects(&c.h.Ops[i], i) {
-				if e.rev > r.Revision {
+				// The backup's revision is where its snapshot began: a write just after it may
+				// be in it, and is not lost if the restored cluster shows it.
+				if e.rev > r.Revision && (e.del || !after[e.value]) {
 					rep.Lost++
 					if len(rep.LostExamples) < 3 {
 						rep.LostExamples = append(rep.LostExamples, describeOp(&c.h.Ops[i]))
@@ -336,7 +339,7 @@ func (c *checker) cuts(epochs []*epoch) {
 // never answers at an older revision; a restore's cluster starts past every revision before it.
 func (c *checker) revisionsForward(epochs []*epoch) {
 	for n, e := range epochs {
-		if n > 0 && e.minRev <= epochs[n-1].maxRev {
+		if n > 0 && e.minRev >= 0 && e.minRev <= epochs[n-1].maxRev {
 			c.violation("revisions went back across the restore: cluster %x answered at revision %d after cluster %x had answered at %d",
 				e.cluster, e.minRev, epochs[n-1].cluster, epochs[n-1].maxRev)
 		}
@@ -362,7 +365,8 @@ func (c *checker) revisionsForward(epochs []*epoch) {
 }
 
 // staleReads: a serializable read may be stale (etcd's guarantee for them is sequential
-// consistency), and is counted; it must still show the store as it was at its revision.
+// consistency): counted, with a witness. (What it returned is not checked against the store at
+// its revision.)
 func (c *checker) staleReads(epochs []*epoch) {
 	for _, e := range epochs {
 		var done []int
@@ -436,20 +440,21 @@ func (c *checker) linearizable(epochs []*epoch) {
 			}
 			failed = append(failed, i)
 		}
-		// The last call of an answered operation on each group: a write of unknown outcome
-		// after it that nothing ever showed can have changed nothing anyone saw.
-		lastCall := make([]int64, groups)
+		// The last return of an answered operation on each group: a write of unknown outcome
+		// called after it that nothing ever showed can have changed nothing anyone saw (an
+		// operation still in flight when it was called could be placed after it).
+		lastReturn := make([]int64, groups)
 		for _, i := range e.ops {
 			o := &c.h.Ops[i]
 			for _, k := range o.keys() {
-				if _, ok := c.keyIdx[k]; ok && o.Call > lastCall[c.group(k)] {
-					lastCall[c.group(k)] = o.Call
+				if _, ok := c.keyIdx[k]; ok && o.Return > lastReturn[c.group(k)] {
+					lastReturn[c.group(k)] = o.Return
 				}
 			}
 			if o.Kind == "range" {
-				for g := range lastCall {
-					if o.Call > lastCall[g] {
-						lastCall[g] = o.Call
+				for g := range lastReturn {
+					if o.Return > lastReturn[g] {
+						lastReturn[g] = o.Return
 					}
 				}
 			}
@@ -510,9 +515,9 @@ func (c *checker) linearizable(epochs []*epoch) {
 				m.seenRev, ret = w.rev, w.time
 			case v != "" && watchedHere:
 				continue // applied by another cluster: a request reaches one
-			case (v == "" || !seen[v]) && o.Call > lastCall[m.group]:
+			case (v == "" || !seen[v]) && o.Call > lastReturn[m.group]:
 				continue // nothing answered on its keys after it: whatever it did, nobody saw
-			case v != "" && !seen[v] && coverage[e.cluster] > o.Call+int64(10*time.Second):
+			case v != "" && !seen[v] && coverage.covers(e.cluster, o.Call):
 				// Never read, never delivered by a watch that kept up for 10 s after it: not applied.
 				continue
 			default:
@@ -585,6 +590,26 @@ func valueOf(o *Op) string {
 	return ""
 }
 
+// valuesOf: every value a read or a watch of `cluster` showed.
+func (c *checker) valuesOf(cluster uint64) map[string]bool {
+	out := map[string]bool{}
+	for i := range c.h.Ops {
+		if o := &c.h.Ops[i]; o.Header != nil && o.Header.Cluster == cluster {
+			for _, kv := range o.KVs {
+				out[kv.Value] = true
+			}
+		}
+	}
+	for _, w := range c.h.Watches {
+		if w.Header.Cluster == cluster {
+			for _, e := range w.Events {
+				out[e.KV.Value] = true
+			}
+		}
+	}
+	return out
+}
+
 // seenValues: every value some read returned.
 func (c *checker) seenValues() map[string]bool {
 	out := map[string]bool{}
@@ -620,14 +645,47 @@ func (c *checker) watchedValues() map[string]sighting {
 	return out
 }
 
-// watchCoverage: the last time a watch of each cluster said it had delivered everything (a
-// progress notification).
-func (c *checker) watchCoverage() map[uint64]int64 {
-	out := map[uint64]int64{}
-	for _, w := range c.h.Watches {
-		if w.Progress && w.Time > out[w.Header.Cluster] {
-			out[w.Header.Cluster] = w.Time
+// sessionSpan is one watch session: when it started, of which cluster, and its last progress
+// notification (everything up to then delivered).
+type sessionSpan struct {
+	cluster       uint64
+	start, latest int64
+}
+
+type coverageOf []sessionSpan
+
+// covers: a write called at `call` was followed, without a gap, by a watch session of the
+// cluster that started before it and said it had delivered everything at least 10 s after it:
+// had the write been applied, that session would have delivered it.
+func (spans coverageOf) covers(cluster uint64, call int64) bool {
+	for _, s := range spans {
+		if s.cluster == cluster && s.start <= call && s.latest > call+int64(10*time.Second) {
+			return true
 		}
+	}
+	return false
+}
+
+func (c *checker) watchCoverage() coverageOf {
+	byKey := map[[2]int]*sessionSpan{}
+	var out coverageOf
+	for _, s := range c.h.Sessions {
+		byKey[[2]int{s.Watcher, s.Session}] = &sessionSpan{start: s.Time}
+	}
+	for _, w := range c.h.Watches {
+		s := byKey[[2]int{w.Watcher, w.Session}]
+		if s == nil || !w.Progress {
+			continue
+		}
+		if s.cluster == 0 {
+			s.cluster = w.Header.Cluster
+		}
+		if w.Header.Cluster == s.cluster && w.Time > s.latest {
+			s.latest = w.Time
+		}
+	}
+	for _, s := range byKey {
+		out = append(out, *s)
 	}
 	return out
 }
@@ -667,15 +725,28 @@ func (c *checker) cutState(epochs []*epoch, n int, g int) []state {
 			cands[s] = []kstate{{Present: true, Value: last[s].value, Mod: last[s].rev, Exact: true, Lease: lease}}
 		}
 	}
-	// Writes of unknown outcome (and revokes, whose effect is not in their answer) on the
-	// group's keys before the cut: any of them may be what the backup holds, unless called
-	// after an answer at a revision past the backup's (it would be later still).
-	pastR := prev.end + int64(5*time.Second)
-	for _, i := range prev.ops {
-		if o := &c.h.Ops[i]; o.Header.Revision > r && o.Return < pastR {
-			pastR = o.Return
+	// The backup's revision is a lower bound of what its snapshot holds (the status read before
+	// streaming): an acknowledged write after it may be in it too.
+	for k := range effs {
+		e := effs[k]
+		s, ok := slots[e.key]
+		if !ok || e.rev <= r {
+			continue
 		}
+		if e.del {
+			cands[s] = append(cands[s], kstate{})
+			continue
+		}
+		o := &c.h.Ops[e.op]
+		lease := o.Lease
+		if o.Kind == "txn" {
+			lease = 0
+		}
+		cands[s] = append(cands[s], kstate{Present: true, Value: e.value, Mod: e.rev, Exact: true, Lease: lease})
 	}
+	// Writes of unknown outcome (and revokes, whose effect is not in their answer) on the
+	// group's keys before the cut: any of them may be what the backup holds.
+	pastR := prev.end + int64(5*time.Second)
 	for i := range c.h.Ops {
 		o := &c.h.Ops[i]
 		if o.Call > pastR || !(o.Status == "fail" && o.isWrite() || o.Kind == "revoke" && o.Status == "ok") {

@@ -223,6 +223,20 @@ func (o *Op) keys() []string {
 	}
 }
 
+// keysWritten: the keys an operation puts.
+func (o *Op) keysWritten() []string {
+	if o.Kind == "put" {
+		return []string{o.Key}
+	}
+	var out []string
+	for _, t := range append(append([]TxnOp{}, o.Then...), o.Else...) {
+		if t.Kind == "put" {
+			out = append(out, t.Key)
+		}
+	}
+	return out
+}
+
 func txnKeys(o *Op) []string {
 	var out []string
 	for _, t := range o.Then {

@@ -74,6 +74,7 @@ func (c *checker) watches(epochs []*epoch) {
 		sort.SliceStable(s.resps, func(a, b int) bool { return s.resps[a].Time < s.resps[b].Time })
 		name := fmt.Sprintf("watch %d session %d (from revision %d)", s.s.Watcher, s.s.Session, s.s.From)
 		delivered := map[evKey]int{} // response index
+		revResp := map[int64]int{}   // the response each revision came in
 		var last int64               // last event revision
 		var covered int64            // every revision up to this was delivered (events or progress)
 		var notified int64           // the last progress notification's revision
@@ -141,21 +142,20 @@ func (c *checker) watches(epochs []*epoch) {
 					return
 				}
 				// Atomic: a revision's events come in one response.
-				for other := range delivered {
-					if other.rev == e.KV.Mod && delivered[other] != n {
-						c.violation("%s: the events of revision %d split across responses %d and %d",
-							name, e.KV.Mod, delivered[other], n)
-						return
-					}
+				if prev, ok := revResp[e.KV.Mod]; ok && prev != n {
+					c.violation("%s: the events of revision %d split across responses %d and %d",
+						name, e.KV.Mod, prev, n)
+					return
 				}
+				revResp[e.KV.Mod] = n
 				delivered[ek] = n
 				revs[e.KV.Mod] = true
 				last = e.KV.Mod
 				// Of a write some client made, as it made it.
 				if e.Type == "PUT" {
 					o, ok := written[e.KV.Value]
-					if !ok {
-						c.violation("%s: event puts %s=%s at revision %d, a value no client wrote", name, e.KV.Key, e.KV.Value, e.KV.Mod)
+					if !ok || !contains(o.keysWritten(), e.KV.Key) {
+						c.violation("%s: event puts %s=%s at revision %d, a value no client wrote there", name, e.KV.Key, e.KV.Value, e.KV.Mod)
 						return
 					}
 					if o.Status == "ok" && o.Header != nil && o.Header.Cluster == r.Header.Cluster && o.Header.Revision != e.KV.Mod {
@@ -207,4 +207,13 @@ func evText(e Event) string {
 		return fmt.Sprintf("PUT %s=%s", e.KV.Key, e.KV.Value)
 	}
 	return "DELETE " + e.KV.Key
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }

@@ -60,7 +60,17 @@ impl EtcdMembers {
                     .await
             };
             match text.await {
-                Ok(text) => connected.extend(active_peers(&text).filter(|id| down.contains(id))),
+                Ok(text) => {
+                    let seen: Vec<MemberId> =
+                        active_peers(&text).filter(|id| down.contains(id)).collect();
+                    if !seen.is_empty() {
+                        // Which member vouches for which: a dead member kept from replacement
+                        // by a stale gauge would be named here.
+                        tracing::info!(reporter = %m.id, connected = ?seen,
+                            "peer view: a member that does not answer the function has an active raft connection");
+                    }
+                    connected.extend(seen);
+                }
                 Err(e) => tracing::debug!(%url, error = %e, "peer view: metrics unreadable"),
             }
             if down.iter().all(|d| connected.contains(d)) {
