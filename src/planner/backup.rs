@@ -192,17 +192,10 @@ pub fn recovery(
     if let Some(step) = restore_decided(obs, record) {
         return Plan::only(step);
     }
-    // A sleeping cluster wakes from its final snapshot. Should that be gone from the bucket,
-    // nothing else is restored on a guess: an operator names a backup (`restore-request`),
-    // whatever RECOVERY says.
-    let mut policy = policy.clone();
-    if let Some(sleeping) = &record.sleeping {
-        if obs.backups.iter().any(|b| b.key == sleeping.key) {
-            return wake(obs, settings, record, sleeping);
-        }
-        policy.recovery = crate::config::Recovery::Manual;
+    if let Some(sleeping) = record.sleeping.as_ref().filter(|s| has(obs, &s.key)) {
+        return wake(obs, settings, record, sleeping);
     }
-    let policy = &policy;
+    let policy = &unless_asleep(policy, record);
     let Some(seed) = seed_candidate(obs, None) else {
         return unreachable(format!(
             "the cluster is lost for good; a launching instance will seed its restore ({detail})"
@@ -233,6 +226,20 @@ pub fn recovery(
             "every member is gone and there is no backup to restore ({detail})"
         )),
     }
+}
+
+fn has(obs: &Observation, key: &str) -> bool {
+    obs.backups.iter().any(|b| b.key == key)
+}
+
+/// A sleeping cluster whose final snapshot is gone from the bucket restores nothing on a guess:
+/// an operator names a backup (`restore-request`), whatever RECOVERY says.
+fn unless_asleep(policy: &BackupPolicy, record: &ClusterRecord) -> BackupPolicy {
+    let mut policy = policy.clone();
+    if record.sleeping.is_some() {
+        policy.recovery = Recovery::Manual;
+    }
+    policy
 }
 
 /// A sleeping cluster wakes from exactly its final snapshot when an instance launches, whatever
