@@ -111,8 +111,10 @@ def test_a_seed_that_never_boots_is_abandoned_and_another_seeds_the_cluster(simu
     (replaced,) = [v for k, v in decided.items() if k.startswith(f"{dead}-")]
     assert json.loads(replaced)["seed"] == record["seed"], replaced
     assert decided[f"{record['seed']}-{record['created_at']}"] == "served", decided
+    sim.start_history()
     sim.scale(3)
     sim.wait_converged(3, label="grown from the new seed")
+    sim.verify_history()
 
 
 def test_a_cluster_of_one_keeps_its_data_through_a_replacement(simulation):
@@ -121,6 +123,7 @@ def test_a_cluster_of_one_keeps_its_data_through_a_replacement(simulation):
     sim.wait_converged(1, label="one member")
     (old,) = (i["InstanceId"] for i in sim.group_instances())
     etcd.put(sim.client_url(old), "/kept", "through the replacement")
+    sim.start_history()
     # Launch before terminate, as the template's instance maintenance policy has it.
     sim.scale(2)
     sim.terminate(old, decrement=True)
@@ -128,6 +131,7 @@ def test_a_cluster_of_one_keeps_its_data_through_a_replacement(simulation):
     (new,) = (i["InstanceId"] for i in sim.group_instances())
     assert new != old
     assert etcd.keys_with_prefix(sim.client_url(new), "/kept") == {"/kept"}
+    sim.verify_history()
     # The old member was held (not removed, not released) while the new one joined.
     with open(f"{sim.workdir}/function.log") as f:
         log = f.read()

@@ -58,10 +58,12 @@ def test_two_simultaneous_terminations_from_three_members_to_one(simulation):
     sim = simulation()
     sim.scale(3)
     sim.wait_converged(3, label="bootstrap")
+    sim.start_history()
     a, b = sorted(i["InstanceId"] for i in sim.group_instances())[:2]
     sim.terminate(a, decrement=True)
     sim.terminate(b, decrement=True)
     sim.wait_converged(1, label="3 -> 1")
+    sim.verify_history()
     (survivor,) = sim.group_instances()
     url = sim.client_url(survivor["InstanceId"])
     etcd.put(url, "/after", "one member")

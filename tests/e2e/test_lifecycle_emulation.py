@@ -141,9 +141,11 @@ def test_an_instance_that_never_boots_is_removed_abandoned_and_replaced(simulati
     sim = simulation(function_env={"LEARNER_START_TIMEOUT_SECS": "10"})
     sim.scale(3)
     sim.wait_converged(3, label="bootstrap")
+    sim.start_history()
     sim.dead_on_arrival = 1
     sim.scale(4)
     sim.wait_converged(4, label="dead instance replaced", timeout=120)
+    sim.verify_history()
     # From the decisions the function logged: an invocation that failed after applying a step
     # (loaded machine, a timeout) returns no list of its steps, but its log line stays.
     (dead,) = sim.never_booted
