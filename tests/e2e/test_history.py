@@ -119,6 +119,7 @@ def _ok_puts(lines):
             for line in lines if "op" in line and line["op"]["kind"] == "put" and line["op"]["status"] == "ok"}
 
 
+@pytest.mark.v37
 def test_the_checker_passes_a_real_history_and_rejects_each_edit_with_its_witness(cluster, tmp_path):
     rec = history.Recording(str(tmp_path), cluster.url(1), members=[cluster.url(2), cluster.url(3)], rate=80)
     time.sleep(10)
@@ -191,6 +192,7 @@ def test_the_checker_passes_a_real_history_and_rejects_each_edit_with_its_witnes
     _violation(_write(edited, str(tmp_path / "split.jsonl")), "split brain", "3039")
 
 
+@pytest.mark.v37
 def test_serializable_reads_of_a_member_cut_off_from_its_peers_are_reported_stale(cluster, tmp_path):
     # Writes through member 1; two clients pinned to member 3 read serializably (its own view).
     rec = history.Recording(str(tmp_path), cluster.url(1), members=[cluster.url(3)], pinned_serializable=True)
