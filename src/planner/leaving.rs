@@ -321,8 +321,12 @@ fn down(ctx: &Context, change_under_way: bool) -> Vec<Step> {
             continue;
         };
         let down_secs = ctx.obs.now - since;
-        // A second view before replacing: its peers still hold a raft connection to it.
-        if ctx.view.peer_connected.contains(&m.id) {
+        // A second view before replacing: its peers still hold a raft connection to it. For
+        // a while only: a peer's gauge can stay up for a member long dead (the zone-loss test
+        // stalled twice on such a member, never replaced), and a member the function cannot
+        // reach for PEER_VIEW_HOLD times UNHEALTHY_REPLACE_SECS cannot be managed either.
+        let held = down_secs < PEER_VIEW_HOLD * ctx.settings.unhealthy_replace_secs;
+        if ctx.view.peer_connected.contains(&m.id) && held {
             out.push(Step::Wait(Wait::MemberUnreachableFromFunction {
                 instance: i.id.clone(),
                 member: m.id,
@@ -353,6 +357,10 @@ fn down(ctx: &Context, change_under_way: bool) -> Vec<Step> {
     }
     out
 }
+
+/// How many times UNHEALTHY_REPLACE_SECS a member its peers still see connected is kept from
+/// replacement while it does not answer the function.
+pub const PEER_VIEW_HOLD: i64 = 6;
 
 /// Instances that survived a restore run the old generation's etcd (their config names an
 /// earlier token) and never join the new one: each is replaced by a fresh instance, one at a
