@@ -192,8 +192,12 @@ pub fn recovery(
     if let Some(step) = restore_decided(obs, record) {
         return Plan::only(step);
     }
-    if let Some(sleeping) = record.sleeping.as_ref().filter(|s| has(obs, &s.key)) {
-        return wake(obs, settings, record, sleeping);
+    let asleep_in = record
+        .sleeping
+        .as_ref()
+        .and_then(|s| obs.backups.iter().find(|b| b.key == s.key));
+    if let Some(backup) = asleep_in {
+        return wake(obs, settings, record, backup);
     }
     let policy = &unless_asleep(policy, record);
     let Some(seed) = seed_candidate(obs, None) else {
@@ -228,10 +232,6 @@ pub fn recovery(
     }
 }
 
-fn has(obs: &Observation, key: &str) -> bool {
-    obs.backups.iter().any(|b| b.key == key)
-}
-
 /// A sleeping cluster whose final snapshot is gone from the bucket restores nothing on a guess:
 /// an operator names a backup (`restore-request`), whatever RECOVERY says.
 fn unless_asleep(policy: &BackupPolicy, record: &ClusterRecord) -> BackupPolicy {
@@ -244,28 +244,17 @@ fn unless_asleep(policy: &BackupPolicy, record: &ClusterRecord) -> BackupPolicy 
 
 /// A sleeping cluster wakes from exactly its final snapshot when an instance launches, whatever
 /// RECOVERY says: this is no disaster, and no request is awaited.
-fn wake(
-    obs: &Observation,
-    settings: &Settings,
-    record: &ClusterRecord,
-    sleeping: &crate::model::Sleeping,
-) -> Plan {
-    let asleep = || {
-        Plan::waiting(Wait::Asleep {
-            key: sleeping.key.clone(),
-            revision: sleeping.revision,
-        })
-    };
+fn wake(obs: &Observation, settings: &Settings, record: &ClusterRecord, backup: &Backup) -> Plan {
     let Some(seed) = seed_candidate(obs, None) else {
-        return asleep();
+        return Plan::waiting(Wait::Asleep {
+            key: backup.key.clone(),
+            revision: backup.revision,
+        });
     };
     let Some(restorer) = seed.etcd_version else {
         return Plan::waiting(Wait::VersionUnknown {
             instance: seed.id.clone(),
         });
-    };
-    let Some(backup) = obs.backups.iter().find(|b| b.key == sleeping.key) else {
-        return asleep(); // `recovery` sends no cluster whose snapshot is gone here
     };
     // A snapshot named without its release is taken as readable, as `choose_for` takes it.
     if backup

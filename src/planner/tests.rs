@@ -1024,7 +1024,7 @@ fn a_member_down_too_long_is_replaced_once_the_others_keep_quorum() {
 }
 
 #[test]
-fn a_member_only_the_function_cannot_reach_is_never_replaced() {
+fn a_member_only_the_function_cannot_reach_is_held_from_replacement_for_a_while() {
     let base = || {
         given(vec![
             inst(1, InService),
@@ -1034,8 +1034,8 @@ fn a_member_only_the_function_cannot_reach_is_never_replaced() {
         .record(1)
         .members(vec![voter(1), voter(2), voter(3)])
     };
-    // Down for the function far past UNHEALTHY_REPLACE_SECS, its peers connected to it: a
-    // wait that names it, never a replacement.
+    // Down for the function past UNHEALTHY_REPLACE_SECS, its peers connected to it: a wait
+    // that names it, not a replacement.
     let g = base().cut_off(2).down_since(2, 1);
     assert_eq!(
         g.plan(),
@@ -1047,6 +1047,17 @@ fn a_member_only_the_function_cannot_reach_is_never_replaced() {
     );
     // Its first sight is noted as for any member that does not answer.
     assert!(matches!(base().cut_off(2).plan(), Step::NoteDown { .. }));
+    // Held for PEER_VIEW_HOLD times UNHEALTHY_REPLACE_SECS only: a peer's gauge can outlive a
+    // dead member, and one the function never reaches cannot be managed either.
+    let mut g = base().cut_off(2).down_since(2, 1);
+    let hold = leaving::PEER_VIEW_HOLD * settings().unhealthy_replace_secs;
+    g.obs.now = 1 + hold - 1;
+    assert!(matches!(
+        g.plan(),
+        Step::Wait(Wait::MemberUnreachableFromFunction { .. })
+    ));
+    g.obs.now = 1 + hold;
+    assert!(matches!(g.plan(), Step::Replace { instance, .. } if instance == i(2)));
     // The peers' view only ever holds a replacement back: a member down for both is replaced.
     let g = base().unhealthy(2).down_since(2, 1);
     assert!(matches!(g.plan(), Step::Replace { instance, .. } if instance == i(2)));
