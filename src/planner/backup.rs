@@ -192,11 +192,7 @@ pub fn recovery(
     if let Some(step) = restore_decided(obs, record) {
         return Plan::only(step);
     }
-    let asleep_in = record
-        .sleeping
-        .as_ref()
-        .and_then(|s| obs.backups.iter().find(|b| b.key == s.key));
-    if let Some(backup) = asleep_in {
+    if let Some(backup) = asleep_in(obs, record) {
         return wake(obs, settings, record, backup);
     }
     let policy = &unless_asleep(policy, record);
@@ -230,6 +226,12 @@ pub fn recovery(
             "every member is gone and there is no backup to restore ({detail})"
         )),
     }
+}
+
+/// The final snapshot a sleeping cluster sleeps in, while it is in the bucket.
+fn asleep_in<'a>(obs: &'a Observation, record: &ClusterRecord) -> Option<&'a Backup> {
+    let sleeping = record.sleeping.as_ref()?;
+    obs.backups.iter().find(|b| b.key == sleeping.key)
 }
 
 /// A sleeping cluster whose final snapshot is gone from the bucket restores nothing on a guess:
