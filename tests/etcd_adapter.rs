@@ -238,7 +238,15 @@ async fn a_member_the_function_cannot_reach_is_seen_connected_by_its_peers() {
         .collect();
     // n3 serves its peers, but the client URL it advertises leads nowhere: the function's probe
     // of it fails, as with a route or an ACL on the function's path only.
-    nodes[2].advertised_client_url = format!("http://127.0.0.1:{}", support::free_port());
+    // A port none of the three took: a free port probed before they bind can be one of theirs.
+    let taken: Vec<&str> = nodes
+        .iter()
+        .flat_map(|n| [n.client_url.as_str(), n.peer_url.as_str()])
+        .collect();
+    nodes[2].advertised_client_url =
+        std::iter::repeat_with(|| format!("http://127.0.0.1:{}", support::free_port()))
+            .find(|u| !taken.contains(&u.as_str()))
+            .unwrap();
     let initial: Vec<String> = nodes
         .iter()
         .map(|n| format!("{}={}", n.name, n.peer_url))
