@@ -35,9 +35,10 @@ class Recording:
                  rate: float = 60, pinned_serializable: bool = False, name: str = "history"):
         self.path = os.path.join(workdir, f"{name}.jsonl")
         self.stop_file = f"{self.path}.stop"
+        self.ready_file = f"{self.path}.ready"
         self.log = os.path.join(workdir, f"{name}.log")
         argv = [binary(), "record", "-endpoint", endpoint, "-out", self.path, "-stop-file", self.stop_file,
-                "-prefix", prefix, "-clients", str(clients), "-rate", str(rate)]
+                "-ready-file", self.ready_file, "-prefix", prefix, "-clients", str(clients), "-rate", str(rate)]
         if certs:
             argv += ["-cacert", certs[0], "-cert", certs[1], "-key", certs[2]]
         if members:
@@ -46,6 +47,18 @@ class Recording:
             argv += ["-pinned-serializable"]
         self.started = time.monotonic()
         self.proc = procs.spawn(argv, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, self.log)
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        """Waits until the recorder's first read has been answered (its watches start there): a
+        test that changes the cluster at once would otherwise record nothing of it, or nothing at
+        all where no member can answer until the change is over (a cluster of one replaced)."""
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(self.ready_file):
+            if self.proc.poll() is not None:
+                raise CheckFailed(f"the recorder ended ({self.proc.returncode}): {open(self.log).read()[-1500:]}")
+            if time.monotonic() > deadline:
+                raise CheckFailed(f"the cluster did not answer the recorder within {timeout:.0f}s; see {self.log}")
+            time.sleep(0.1)
 
     def stop(self, timeout: float = 120) -> str:
         """Stops the recorder (it makes its final write and read, up to a minute each, then

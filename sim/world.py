@@ -860,6 +860,8 @@ class Simulation:
             return
         self.recording = history.Recording(self.workdir, self.client_endpoint, certs=self.history_certs(),
                                            members=self.running_client_urls()[:2], rate=50)
+        # What the test does next is what the history is for: it starts once the recording has.
+        self.recording.wait_ready()
 
     def history_certs(self) -> tuple[str, str, str] | None:
         """The recorder's certificate (ca, cert, key) where TLS is on, its etcd user granted

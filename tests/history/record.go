@@ -411,6 +411,7 @@ func record(args []string) error {
 	rate := fs.Float64("rate", 60, "operations a second, all clients together")
 	out := fs.String("out", "", "the history file written at the end")
 	stopFile := fs.String("stop-file", "", "stop when this file exists (or on SIGTERM)")
+	readyFile := fs.String("ready-file", "", "created once the cluster has answered and the recording has begun")
 	maxDuration := fs.Duration("max", 30*time.Minute, "stop after this long in any case")
 	timeout := fs.Duration("timeout", 2*time.Second, "each operation's deadline")
 	seed := fs.Int64("seed", time.Now().UnixNano(), "traffic's random seed")
@@ -474,6 +475,11 @@ func record(args []string) error {
 			return fmt.Errorf("the cluster never answered at %s: %w", *endpoint, err)
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+	if *readyFile != "" {
+		if err := os.WriteFile(*readyFile, []byte(fmt.Sprintf("%d\n", from)), 0o644); err != nil {
+			return fmt.Errorf("ready file: %w", err)
+		}
 	}
 	var watchers sync.WaitGroup
 	wctx, wstop := context.WithCancel(context.Background())
