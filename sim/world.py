@@ -239,8 +239,13 @@ class Simulation:
                  writer: bool = True, verbose: bool = False, crash_once_after: str | None = None,
                  hooks: tuple[str, str] = ("etcd-launch", "etcd-terminate"), etcd_bin: str | None = None,
                  backups: bool = False, tls: bool | None = None, hook_timeout: int = 120,
-                 deployment: Deployment | None = None, warm_aws: bool = False, zones: int = 3):
+                 deployment: Deployment | None = None, warm_aws: bool = False, zones: int = 3,
+                 s3_of: "Simulation | None" = None):
         self.deployment = deployment
+        # Another simulation whose S3 this one uses (`AWS_ENDPOINT_URL_S3`, which the SDKs and
+        # the AWS CLI read before AWS_ENDPOINT_URL): two stacks of one account and Region, each
+        # with its own bucket; everything else stays this simulation's own.
+        self.s3_of = s3_of
         # Instances' `aws` through one warm CLI process (sim/warm_aws.py) instead of a fresh
         # Python each call: the same CLI, at a quarter of the CPU. Off: the plain CLI on PATH.
         self.warm_aws = warm_aws
@@ -324,6 +329,9 @@ class Simulation:
         self.asg = boto3.client("autoscaling", **kw)
         self.ssm = boto3.client("ssm", **kw)
         self.aws_env = {**CREDENTIALS, "AWS_ENDPOINT_URL": self.endpoint}
+        if self.s3_of is not None:
+            self.aws_env["AWS_ENDPOINT_URL_S3"] = self.s3_of.endpoint
+            kw = {**kw, "endpoint_url": self.s3_of.endpoint}
         self.s3 = boto3.client("s3", **kw)
         if self.backup_bucket and not self.deployment:
             self.s3.create_bucket(Bucket=self.backup_bucket)

@@ -270,13 +270,18 @@ impl<B: Backups> Backups for DryRun<B> {
         Ok(())
     }
 
-    async fn hand_over(&self, key: &str, instance_arn: &str) -> Result<BackupRef, Error> {
+    async fn hand_over(
+        &self,
+        key: &str,
+        instance_arn: &str,
+    ) -> Result<(BackupRef, Option<String>), Error> {
         self.refuse(format!("let {instance_arn} read backup {key}"));
-        Ok(BackupRef {
+        let snapshot = BackupRef {
             key: key.into(),
             url: String::new(),
             sha256: String::new(),
-        })
+        };
+        Ok((snapshot, None))
     }
 }
 

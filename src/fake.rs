@@ -77,6 +77,8 @@ pub struct World {
     pub loads: u32,
     /// The backup bucket: key → (backup, content).
     pub bucket: BTreeMap<String, (Backup, String)>,
+    /// Backups copied in from elsewhere (`etcd-asg restore --from`): key → the source.
+    pub copied_from: BTreeMap<String, String>,
     /// The bucket refuses listings, or stores (a deleted bucket, a disabled KMS key, a policy).
     pub bucket_list_fails: bool,
     pub bucket_store_fails: bool,
@@ -266,7 +268,11 @@ impl Backups for Fake {
         Ok(())
     }
 
-    async fn hand_over(&self, key: &str, instance_arn: &str) -> Result<BackupRef, Error> {
+    async fn hand_over(
+        &self,
+        key: &str,
+        instance_arn: &str,
+    ) -> Result<(BackupRef, Option<String>), Error> {
         let mut w = self.world();
         w.calls
             .push(format!("hand-over {key} to {}", id_of(instance_arn)));
@@ -275,11 +281,12 @@ impl Backups for Fake {
             .get(key)
             .ok_or_else(|| refused("hand over", Refusal::Other))?
             .clone();
-        Ok(BackupRef {
+        let snapshot = BackupRef {
             key: key.to_string(),
             url: format!("s3://bucket/{key}"),
             sha256: format!("sha-of-{content}"),
-        })
+        };
+        Ok((snapshot, w.copied_from.get(key).cloned()))
     }
 }
 

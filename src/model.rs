@@ -372,9 +372,14 @@ pub struct Sleeping {
 #[derive(Clone, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Restore {
     pub snapshot: BackupRef,
+    /// The generation the snapshot was taken of (for a stack's first generation restored from
+    /// another stack's backup, that stack's; `previous_seed` is then empty).
     pub previous_token: String,
     pub previous_seed: String,
     pub previous_created_at: Timestamp,
+    /// Where the snapshot was copied from (`etcd-asg restore --from`), as its manifest says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copied_from: Option<String>,
 }
 
 /// One snapshot in the bucket: its key, where the seed fetches it, and its checksum.

@@ -277,12 +277,12 @@ pub trait Backups: Send + Sync {
     /// succeeds.
     fn delete(&self, key: &str) -> impl Future<Output = Result<(), Error>> + Send;
     /// Where the instance `instance_arn` fetches the backup and what it must hash to; grants it
-    /// read access.
+    /// read access. With it, where the backup was copied from (its manifest's `copied_from`).
     fn hand_over(
         &self,
         key: &str,
         instance_arn: &str,
-    ) -> impl Future<Output = Result<BackupRef, Error>> + Send;
+    ) -> impl Future<Output = Result<(BackupRef, Option<String>), Error>> + Send;
 }
 
 /// Backups off: the store that is never there.
@@ -305,7 +305,11 @@ impl Backups for NoBackups {
         match *self {}
     }
 
-    async fn hand_over(&self, _key: &str, _instance_arn: &str) -> Result<BackupRef, Error> {
+    async fn hand_over(
+        &self,
+        _key: &str,
+        _instance_arn: &str,
+    ) -> Result<(BackupRef, Option<String>), Error> {
         match *self {}
     }
 }

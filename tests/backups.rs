@@ -173,8 +173,10 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
         )
         .await
         .unwrap();
+    let (handed, copied_from) = handed;
     assert_eq!(handed.sha256, sha256);
     assert_eq!(handed.url, format!("s3://backups/{}", backup.key));
+    assert_eq!(copied_from, None);
     let tags = s3
         .get_object_tagging()
         .bucket("backups")
@@ -243,6 +245,33 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
     );
     // (etcd's tool may leave a partial directory behind: the boot script restores beside the
     // data dir and moves it in only on success.)
+
+    // Another stack's store (its own bucket and prefix) copies the backup in: the same bytes
+    // under its prefix, the source named in the manifest and handed over with the snapshot.
+    s3.create_bucket().bucket("side").send().await.unwrap();
+    let side = S3Backups {
+        s3: s3.clone(),
+        bucket: "side".into(),
+        prefix: "etcd-asg-lifecycle/side".into(),
+    };
+    let source = format!("s3://backups/{}", backup.key);
+    let copy = side.import(&source).await.unwrap();
+    let file = backup.key.rsplit('/').next().unwrap();
+    assert_eq!(
+        copy.key,
+        format!("etcd-asg-lifecycle/side/test-token/{file}")
+    );
+    assert_eq!((copy.revision, copy.size), (backup.revision, backup.size));
+    assert_eq!(side.list().await.unwrap().complete, vec![copy.clone()]);
+    let (handed, copied_from) = side.hand_over(&copy.key, "arn:i-b").await.unwrap();
+    assert_eq!(
+        (handed.sha256, copied_from),
+        (sha256.clone(), Some(source.clone()))
+    );
+    // Again: found there, nothing changes.
+    assert_eq!(side.import(&source).await.unwrap(), copy);
+    assert_eq!(side.list().await.unwrap().complete, vec![copy.clone()]);
+    side.delete(&copy.key).await.unwrap();
 
     // Pruning deletes the manifest first: the backup is no longer listed.
     store.delete(&backup.key).await.unwrap();

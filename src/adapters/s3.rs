@@ -41,6 +41,10 @@ struct Manifest {
     member: String,
     etcd_version: String,
     taken_at: Timestamp,
+    /// A backup copied in from another stack's prefix or bucket (`etcd-asg restore --from`):
+    /// the source, `s3://bucket/key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    copied_from: Option<String>,
 }
 
 /// `20261130T154927Z` from epoch seconds (UTC, proleptic Gregorian).
@@ -326,6 +330,7 @@ impl Backups for S3Backups {
             member: facts.member.clone(),
             etcd_version: facts.etcd_version.clone(),
             taken_at: facts.taken_at,
+            copied_from: None,
         };
         let body = serde_json::to_vec(&manifest).expect("a manifest serializes");
         self.s3
@@ -362,26 +367,12 @@ impl Backups for S3Backups {
         Ok(())
     }
 
-    async fn hand_over(&self, key: &str, instance_arn: &str) -> Result<BackupRef, Error> {
-        let out = self
-            .s3
-            .get_object()
-            .bucket(&self.bucket)
-            .key(format!("{key}.json"))
-            .send()
-            .await
-            .map_err(|e| aws("GetObject")(e.into()))?;
-        let bytes = out
-            .body
-            .collect()
-            .await
-            .map_err(|e| aws("GetObject")(e.into()))?
-            .into_bytes();
-        let manifest: Manifest =
-            serde_json::from_slice(&bytes).map_err(|e| Error::BadParameter {
-                name: format!("s3://{}/{key}.json", self.bucket),
-                detail: e.to_string(),
-            })?;
+    async fn hand_over(
+        &self,
+        key: &str,
+        instance_arn: &str,
+    ) -> Result<(BackupRef, Option<String>), Error> {
+        let manifest = manifest(&self.s3, &self.bucket, key).await?;
         let tag = Tag::builder()
             .key(INSTANCE_ARN_TAG)
             .value(instance_arn)
@@ -400,11 +391,153 @@ impl Backups for S3Backups {
             .send()
             .await
             .map_err(|e| aws("PutObjectTagging")(e.into()))?;
-        Ok(BackupRef {
+        let snapshot = BackupRef {
             key: key.to_string(),
             url: format!("s3://{}/{key}", self.bucket),
             sha256: manifest.sha256,
+        };
+        Ok((snapshot, manifest.copied_from))
+    }
+}
+
+/// The manifest of the backup `key` in `bucket`.
+async fn manifest(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<Manifest, Error> {
+    let out = s3
+        .get_object()
+        .bucket(bucket)
+        .key(format!("{key}.json"))
+        .send()
+        .await
+        .map_err(|e| aws("GetObject")(e.into()))?;
+    let bytes = out
+        .body
+        .collect()
+        .await
+        .map_err(|e| aws("GetObject")(e.into()))?
+        .into_bytes();
+    serde_json::from_slice(&bytes).map_err(|e| Error::BadParameter {
+        name: format!("s3://{bucket}/{key}.json"),
+        detail: e.to_string(),
+    })
+}
+
+/// An S3 object's body as a snapshot stream (a backup being copied).
+struct ObjectStream(ByteStream);
+
+impl crate::ports::SnapshotStream for ObjectStream {
+    fn next_chunk(&mut self) -> crate::ports::NextChunk<'_> {
+        Box::pin(async move {
+            match self.0.next().await {
+                Some(Ok(bytes)) => Ok(Some(bytes.to_vec())),
+                Some(Err(e)) => Err(aws("GetObject")(e.into())),
+                None => Ok(None),
+            }
         })
+    }
+}
+
+/// `s3://bucket/key` → (bucket, key), or why not.
+pub fn parse_s3_url(url: &str) -> Result<(String, String), String> {
+    let rest = url.strip_prefix("s3://").ok_or("must start with s3://")?;
+    let (bucket, key) = rest
+        .split_once('/')
+        .ok_or("names no key after the bucket")?;
+    // S3's bucket naming rules, loosely: lower-case letters, digits, dots and hyphens.
+    // https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html
+    let bucket_ok = (3..=63).contains(&bucket.len())
+        && bucket
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
+    if !bucket_ok {
+        return Err(format!("{bucket:?} is not an S3 bucket name"));
+    }
+    if key.is_empty() || key.len() > 1024 {
+        return Err("names no key, or one longer than S3 allows".into());
+    }
+    Ok((bucket.to_string(), key.to_string()))
+}
+
+impl S3Backups {
+    /// `etcd-asg restore --from`: another stack's backup (`s3://bucket/<prefix>/<token>/<file>`,
+    /// its snapshot; the manifest beside it) copied into this stack's prefix as
+    /// `<prefix>/<token>/<file>`, with the caller's credentials (the function reads nothing
+    /// outside its own prefix). The bytes stream through (never whole in memory), are checked as
+    /// any snapshot stored (etcd's SHA-256 trailer) and must hash to the source manifest's
+    /// `sha256`; the manifest is written last, naming the source (`copied_from`). Copying the
+    /// same backup again finds it there and changes nothing; a different one under that key is
+    /// refused.
+    pub async fn import(&self, source: &str) -> Result<Backup, Error> {
+        let refuse = |reason: String| Error::Config {
+            var: "--from".into(),
+            value: source.to_string(),
+            reason,
+        };
+        let (bucket, key) = parse_s3_url(source).map_err(refuse)?;
+        let mut segments = key.rsplit('/');
+        let (file, token) = (segments.next().unwrap_or_default(), segments.next());
+        let token = token.filter(|t| {
+            !t.is_empty()
+                && t.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        });
+        let target = token.map(|t| format!("{}/{t}/{file}", self.prefix));
+        let Some((target, template)) = target.and_then(|t| self.parse_key(&t, 0).map(|b| (t, b)))
+        else {
+            return Err(refuse(
+                "is not a backup's snapshot: <generation>/<time>-rev<revision>[-v<version>].db (see `etcd-asg backups` in the source stack)".into(),
+            ));
+        };
+        let source_manifest = manifest(&self.s3, &bucket, &key).await.map_err(|e| {
+            refuse(format!(
+                "has no readable manifest beside it ({e}): not a complete backup"
+            ))
+        })?;
+        if let Ok(there) = manifest(&self.s3, &self.bucket, &target).await {
+            if there.sha256 == source_manifest.sha256 {
+                tracing::info!(%target, "already copied: nothing to do");
+                return Ok(Backup {
+                    size: there.size,
+                    ..template
+                });
+            }
+            return Err(refuse(format!(
+                "s3://{}/{target} holds a different backup already",
+                self.bucket
+            )));
+        }
+        let object = self
+            .s3
+            .get_object()
+            .bucket(&bucket)
+            .key(&key)
+            .send()
+            .await
+            .map_err(|e| aws("GetObject")(e.into()))?;
+        let (size, sha256) = self
+            .upload(&target, Box::new(ObjectStream(object.body)))
+            .await?;
+        if sha256 != source_manifest.sha256 || size != source_manifest.size {
+            let _ = self.delete(&target).await;
+            return Err(refuse(format!(
+                "copied {size} bytes hashing to {sha256}, its manifest says {} bytes hashing to {}: the copy is deleted",
+                source_manifest.size, source_manifest.sha256
+            )));
+        }
+        let copy = Manifest {
+            copied_from: Some(source.to_string()),
+            ..source_manifest
+        };
+        let body = serde_json::to_vec(&copy).expect("a manifest serializes");
+        self.s3
+            .put_object()
+            .bucket(&self.bucket)
+            .key(format!("{target}.json"))
+            .content_type("application/json")
+            .body(ByteStream::from(body))
+            .send()
+            .await
+            .map_err(|e| aws("PutObject")(e.into()))?;
+        Ok(Backup { size, ..template })
     }
 }
 

@@ -47,8 +47,17 @@ enum Command {
         json: bool,
     },
     /// Ask for BACKUP (a key from `backups`, or `latest`) to be restored once every member is
-    /// gone: what RECOVERY=manual waits for.
-    Restore { backup: String },
+    /// gone: what RECOVERY=manual waits for, and what a new stack starts from. With --from, a
+    /// backup of another stack (another prefix or bucket) is copied into this stack's prefix
+    /// first, with your credentials, its checksum verified on the way.
+    Restore {
+        #[arg(required_unless_present = "from", conflicts_with = "from")]
+        backup: Option<String>,
+        /// Another stack's backup, `s3://BUCKET/etcd-asg-lifecycle/STACK/GENERATION/FILE.db`
+        /// (a key from that stack's `etcd-asg backups`).
+        #[arg(long, value_name = "S3_URL")]
+        from: Option<String>,
+    },
     /// Issue a client certificate for USER from the cluster's CA (TLS=managed) and write
     /// ca.crt, USER.crt and USER.key (0600) into --out; prints how to use them. With --password,
     /// a user of etcd's JSON gateway: a password too (USER.password, 0600) and a certificate
@@ -114,7 +123,7 @@ async fn run(args: Args) -> Result<(), Error> {
         Command::Status { json, watch } => commands::status(&live, json, watch).await,
         Command::Plan { json } => commands::plan(&live, json).await,
         Command::Backups { json } => commands::backups(&live, json).await,
-        Command::Restore { backup } => commands::restore(&live, backup).await,
+        Command::Restore { backup, from } => commands::restore(&live, backup, from).await,
         Command::ClientCert {
             user,
             days,

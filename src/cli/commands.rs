@@ -59,8 +59,44 @@ pub async fn backups(live: &Live, json: bool) -> Result<(), Error> {
     Ok(())
 }
 
-/// `restore BACKUP`: the request RECOVERY=manual waits for, for a backup the bucket has.
-pub async fn restore(live: &Live, backup: String) -> Result<(), Error> {
+/// `restore BACKUP`: the request RECOVERY=manual waits for, for a backup the bucket has (and
+/// a new stack starts from). `restore --from s3://…`: another stack's backup copied into this
+/// stack's prefix first, with the caller's credentials; only while no member answers (a new
+/// stack, or a cluster lost), so a running cluster is never set up to be replaced by another's
+/// data.
+pub async fn restore(
+    live: &Live,
+    backup: Option<String>,
+    from: Option<String>,
+) -> Result<(), Error> {
+    let backup = match (backup, from) {
+        (_, Some(source)) => {
+            let (obs, _) = live.look().await?;
+            if matches!(obs.cluster, ClusterState::Known(_)) {
+                return Err(Error::Config {
+                    var: "--from".into(),
+                    value: source,
+                    reason: "cannot be restored here: this stack's cluster answers (start a side stack from it, or restore it once this cluster is lost)".into(),
+                });
+            }
+            let copied = store(live)?.import(&source).await?;
+            println!(
+                "copied {source} into s3://{}/{} ({} bytes, checksum verified)",
+                store(live)?.bucket,
+                copied.key,
+                copied.size
+            );
+            copied.key
+        }
+        (Some(backup), None) => backup,
+        (None, None) => {
+            return Err(Error::Config {
+                var: "BACKUP".into(),
+                value: String::new(),
+                reason: "is missing: name a backup (or latest), or --from s3://…".into(),
+            })
+        }
+    };
     let all = store(live)?.list().await?.complete;
     if backup != "latest" && !all.iter().any(|b| b.key == backup) {
         return Err(Error::Config {
@@ -77,6 +113,9 @@ pub async fn restore(live: &Live, backup: String) -> Result<(), Error> {
     );
     if matches!(obs.cluster, ClusterState::Known(_)) {
         println!("The cluster answers: nothing is restored unless every member is lost.");
+    } else if obs.published.cluster.is_none() {
+        println!("No cluster yet: the first instance to launch starts it from this backup.");
+        println!("next: {}", plan.step.why());
     } else {
         println!("next: {}", plan.step.why());
     }

@@ -144,6 +144,9 @@ pub struct Settings {
     pub member_cert_secs: Option<i64>,
     /// ETCD_AUTH=on (TLS=managed): etcd's authentication is kept on.
     pub etcd_auth: bool,
+    /// START_FROM=backup: a new stack's first cluster only ever starts from the backup a restore
+    /// request names, never empty.
+    pub start_from_backup: bool,
 }
 
 #[cfg(test)]
@@ -171,6 +174,7 @@ impl Settings {
             backup: None,
             member_cert_secs: None,
             etcd_auth: false,
+            start_from_backup: false,
         }
     }
 }
@@ -315,6 +319,22 @@ impl Config {
             Some(_) => Some(BackupPolicy::parse(&env)?),
             None => None,
         };
+        let start_from_backup = match env
+            .get(&START_FROM)
+            .as_deref()
+            .unwrap_or(START_FROM.default)
+        {
+            "empty" => false,
+            "backup" if backup.is_some() => true,
+            "backup" => {
+                return Err(bad(
+                    START_FROM.name,
+                    "backup",
+                    "needs BACKUP_BUCKET: a backup is restored from the stack's bucket",
+                ))
+            }
+            v => return Err(bad(START_FROM.name, v, "must be 'empty' or 'backup'")),
+        };
         let managed = pki.is_some();
         let etcd_auth = env.switch(&ETCD_AUTH, managed)?;
         if etcd_auth && !managed {
@@ -334,6 +354,7 @@ impl Config {
                 backup,
                 member_cert_secs: pki.as_ref().map(|p| p.member_cert_secs),
                 etcd_auth,
+                start_from_backup,
                 defrag_free_percent: env.number(&DEFRAG_FREE_PERCENT, 10, 95)?,
                 defrag_min_bytes: env.number(&DEFRAG_MIN_BYTES, 0, MAX_QUOTA_BACKEND_BYTES)?,
                 cluster_name: names.cluster_name,

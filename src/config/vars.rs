@@ -186,6 +186,13 @@ pub const RECOVERY: Var = Var::new(
      `<prefix>/restore-request`",
 );
 
+pub const START_FROM: Var = Var::new(
+    "START_FROM",
+    "empty",
+    "a new stack's first cluster: `empty`, or `backup`: no empty cluster is ever started; the \
+     first launches are held until `etcd-asg restore` names the backup to start from",
+);
+
 // Maintenance.
 pub const DEFRAG_FREE_PERCENT: Var = Var::new(
     "DEFRAG_FREE_PERCENT",
@@ -269,6 +276,7 @@ pub const VARIABLES: &[Var] = &[
     BACKUP_HOURLY_DAYS,
     BACKUP_DAILY_DAYS,
     RECOVERY,
+    START_FROM,
     DEFRAG_FREE_PERCENT,
     DEFRAG_MIN_BYTES,
     ETCD_REQUEST_TIMEOUT_MS,

@@ -21,8 +21,8 @@ use super::context::{seed_candidate, Context};
 use super::step::{BackupReason, Plan, StaleRequest, Step, Wait};
 use crate::config::{BackupPolicy, Recovery, Settings};
 use crate::model::{
-    quorum, Backup, BackupRef, ClusterRecord, ClusterView, MemberId, MemberStatus, Observation,
-    Restore, SnapshotFacts, Survivor, Timestamp,
+    quorum, Backup, BackupRef, ClusterRecord, ClusterView, Instance, MemberId, MemberStatus,
+    Observation, Restore, SnapshotFacts, Survivor, Timestamp,
 };
 use crate::versions::Version;
 
@@ -91,7 +91,7 @@ pub fn before_removal(ctx: &Context) -> Option<Step> {
 /// bucket, and the record says the cluster sleeps there; then None: it may go. Held (a wait,
 /// its hook heartbeated) while the store fails. Without backups configured there is nothing to
 /// keep the data in: None, and it goes as before (docs/backups.md).
-pub fn hibernate(ctx: &Context, last: &crate::model::Instance) -> Option<Step> {
+pub fn hibernate(ctx: &Context, last: &Instance) -> Option<Step> {
     ctx.settings.backup.as_ref()?;
     let record = ctx.obs.published.cluster.as_ref()?;
     if let Some(why) = &ctx.obs.backups_failing {
@@ -209,7 +209,7 @@ pub fn recovery(
     match choose_for(obs, policy, Some(restorer)) {
         Choice::Restore(backup) => Plan::only(Step::Restore {
             new: restored(record, &backup, &seed.id, settings, obs.now),
-            old: record.clone(),
+            old: Some(record.clone()),
             skipped: newer_unreadable(obs, &backup, restorer),
             backup,
             seed_arn: seed.arn.clone(),
@@ -271,11 +271,88 @@ fn wake(obs: &Observation, settings: &Settings, record: &ClusterRecord, backup: 
     }
     Plan::only(Step::Restore {
         new: restored(record, backup, &seed.id, settings, obs.now),
-        old: record.clone(),
+        old: Some(record.clone()),
         skipped: vec![],
         backup: backup.clone(),
         seed_arn: seed.arn.clone(),
     })
+}
+
+/// A new stack's first generation (no cluster record, `seed` the oldest launching instance):
+/// an empty cluster, or with a restore request (`etcd-asg restore`, a backup copied in from
+/// another stack, or this stack's own after its record was deleted) restored from exactly the
+/// backup it names, whatever RECOVERY says: the operator asked. A request it cannot carry out
+/// yet is a wait, never an empty cluster in its place.
+pub fn first_generation(obs: &Observation, settings: &Settings, seed: &Instance) -> Step {
+    let token = format!("{}-{}", settings.cluster_name, seed.id);
+    let Some(request) = obs.published.restore_request.as_deref() else {
+        if settings.start_from_backup {
+            return Step::Wait(Wait::AwaitFirstRestore);
+        }
+        return Step::CreateCluster(ClusterRecord::bootstrapping(
+            token,
+            seed.id.clone(),
+            obs.now,
+        ));
+    };
+    let unusable = |why: String| {
+        Step::Wait(Wait::RestoreRequestUnusable {
+            request: request.to_string(),
+            why,
+        })
+    };
+    if settings.backup.is_none() {
+        return unusable(
+            "backups are off (no BACKUP_BUCKET): there is no store to restore from".into(),
+        );
+    }
+    if let Some(why) = &obs.backups_failing {
+        return unusable(format!("the backup store fails ({why})"));
+    }
+    let Some(restorer) = seed.etcd_version else {
+        return Step::Wait(Wait::VersionUnknown {
+            instance: seed.id.clone(),
+        });
+    };
+    let named = match request {
+        "latest" => obs.backups.iter().max_by_key(|b| (b.taken_at, b.revision)),
+        key => obs.backups.iter().find(|b| b.key == key),
+    };
+    let Some(backup) = named else {
+        return unusable(
+            "it names no complete backup in this stack's prefix (`etcd-asg backups`)".into(),
+        );
+    };
+    if backup
+        .etcd_version
+        .is_some_and(|v| !crate::versions::can_restore(v, restorer))
+    {
+        return Step::Wait(Wait::NoRestorableBackup {
+            instance: seed.id.clone(),
+            seed_version: restorer.to_string(),
+            skipped: vec![backup.key.clone()],
+        });
+    }
+    Step::Restore {
+        old: None,
+        new: ClusterRecord {
+            restored_from: Some(Restore {
+                snapshot: BackupRef {
+                    key: backup.key.clone(),
+                    url: String::new(),
+                    sha256: String::new(),
+                },
+                previous_token: backup.token.clone(),
+                previous_seed: String::new(),
+                previous_created_at: backup.taken_at,
+                copied_from: None,
+            }),
+            ..ClusterRecord::bootstrapping(token, seed.id.clone(), obs.now)
+        },
+        backup: backup.clone(),
+        seed_arn: seed.arn.clone(),
+        skipped: vec![],
+    }
 }
 
 /// A restore already decided for `old` (its fence written, the record not: a crash or a lost
@@ -288,7 +365,7 @@ fn restore_decided(obs: &Observation, old: &ClusterRecord) -> Option<Step> {
     let seed = obs.instance(&new.seed).filter(|i| i.state.is_launching())?;
     let backup = obs.backups.iter().find(|b| b.key == snapshot.key)?;
     Some(Step::Restore {
-        old: old.clone(),
+        old: Some(old.clone()),
         new: new.clone(),
         backup: backup.clone(),
         seed_arn: seed.arn.clone(),
@@ -328,6 +405,7 @@ fn restored(
             previous_token: old.token.clone(),
             previous_seed: old.seed.clone(),
             previous_created_at: old.created_at,
+            copied_from: None,
         }),
         ..ClusterRecord::bootstrapping(
             format!("{}-{seed}", settings.cluster_name),
@@ -649,6 +727,7 @@ mod tests {
             previous_token: "old".into(),
             previous_seed: "i-1".into(),
             previous_created_at: 0,
+            copied_from: None,
         });
         let mut obs = Observation {
             instances: vec![],

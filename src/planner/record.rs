@@ -88,14 +88,11 @@ pub fn bookkeeping(ctx: &Context) -> Option<Step> {
 /// under way, or a seed that never served to replace.
 pub fn bootstrap(obs: &Observation, settings: &Settings, detail: &str) -> Plan {
     let Some(record) = &obs.published.cluster else {
-        // No record and nobody answering: a brand-new cluster. The create-only write decides.
-        // Only a launching instance may seed: one in service may run etcd we cannot reach.
+        // No record and nobody answering: a brand-new cluster (empty, or restored from the
+        // backup an operator asked for). The create-only write decides. Only a launching
+        // instance may seed: one in service may run etcd we cannot reach.
         return Plan::only(seed_candidate(obs, None).map_or(Step::Idle, |seed| {
-            Step::CreateCluster(ClusterRecord::bootstrapping(
-                format!("{}-{}", settings.cluster_name, seed.id),
-                seed.id.clone(),
-                obs.now,
-            ))
+            super::backup::first_generation(obs, settings, seed)
         }));
     };
     if let Some(step) = release_terminations(obs, settings) {

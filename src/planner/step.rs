@@ -118,10 +118,12 @@ pub enum Step {
     },
     /// The cluster that served is lost for good (every member gone, or a majority gone and the
     /// survivors' data saved): `new` replaces `old` (once), seeded by `new.seed` from `backup`.
+    /// Without `old`: a new stack's first generation, restored from the backup an operator asked
+    /// for (`etcd-asg restore`), written create-only as any first record.
     /// Only the store can say where the seed fetches the snapshot and what it hashes to: its
     /// hand-over completes `new`'s `restored_from.snapshot`.
     Restore {
-        old: ClusterRecord,
+        old: Option<ClusterRecord>,
         new: ClusterRecord,
         backup: Backup,
         /// The seed's ARN, which the snapshot is handed over to.
@@ -218,6 +220,15 @@ pub enum Wait {
     /// store fails, or the snapshot has not caught up with the member's revision yet.
     FinalSnapshotPending {
         instance: String,
+        why: String,
+    },
+    /// START_FROM=backup: a new stack (no cluster record) never starts empty; its first
+    /// launches are held until a restore request names the backup to start from.
+    AwaitFirstRestore,
+    /// A new stack (no cluster record) with a restore request it cannot carry out yet (`why`):
+    /// it starts from that backup or not at all, never from an empty cluster instead.
+    RestoreRequestUnusable {
+        request: String,
         why: String,
     },
     /// Every member is gone and RECOVERY=manual: waiting for `<prefix>/restore-request`; one
@@ -446,6 +457,8 @@ impl Wait {
             Self::ClusterUnreachable { .. } => "cluster-unreachable",
             Self::NoSeed => "no-seed",
             Self::AwaitRestoreRequest { .. } => "await-restore-request",
+            Self::RestoreRequestUnusable { .. } => "restore-request-unusable",
+            Self::AwaitFirstRestore => "await-first-restore",
             Self::Asleep { .. } => "asleep",
             Self::FinalSnapshotPending { .. } => "final-snapshot-pending",
             Self::QuorumGuard { .. } => "quorum-guard",
@@ -658,8 +671,13 @@ impl Step {
                 }
             ),
             Self::Prune { key } => format!("backups: retention lets {key} go"),
-            Self::Restore { new, backup, skipped, .. } => format!(
-                "recovery: the cluster is lost for good: start a new generation seeded by {}, restored from {} (revision {}){}",
+            Self::Restore { old, new, backup, skipped, .. } => format!(
+                "{}: start a new generation seeded by {}, restored from {} (revision {}){}",
+                if old.is_some() {
+                    "recovery: the cluster is lost for good"
+                } else {
+                    "rule 1: no cluster record, and a restore is requested"
+                },
                 new.seed, backup.key, backup.revision,
                 if skipped.is_empty() {
                     String::new()
@@ -678,6 +696,7 @@ impl Step {
 
 impl Wait {
     /// What is waited for, and what ends the wait, in a sentence.
+    /// Long: one arm per wait, each its sentence; split, the wording would only scatter.
     pub fn why(&self) -> String {
         match self {
             Self::SeedStarting { instance } => format!("the seed {instance} has its config; waiting for its etcd to start"),
@@ -691,6 +710,10 @@ impl Wait {
             ),
             Self::FinalSnapshotPending { instance, why } => format!(
                 "the group is scaled to zero and {instance} is the last voter: its termination is held (heartbeated) until its final snapshot is in the bucket ({why}); to let it go without one, complete its lifecycle action by hand"
+            ),
+            Self::AwaitFirstRestore => "START_FROM=backup: this stack's first cluster starts from a backup only; the launching instances are held until `etcd-asg restore` (or `restore --from` another stack's backup) names it".into(),
+            Self::RestoreRequestUnusable { request, why } => format!(
+                "a new cluster is to start from the backup <prefix>/restore-request names ({request:?}), and {why}: nothing starts until it can (or the request is deleted, for an empty cluster)"
             ),
             Self::AwaitRestoreRequest { stale } => format!(
                 "the cluster is lost for good and RECOVERY=manual: put the backup to restore (a key, or latest) in <prefix>/restore-request{}",

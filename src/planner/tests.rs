@@ -2418,3 +2418,82 @@ fn hibernation_never_lets_data_go_on_a_guess() {
         gone.plan()
     );
 }
+
+#[test]
+fn a_new_stack_with_a_restore_request_starts_from_exactly_that_backup_or_not_at_all() {
+    let copied = Backup {
+        key: "p/prod-i-9/20261201T000000Z-rev000000000042-v3.6.17.db".into(),
+        token: "prod-i-9".into(),
+        taken_at: 500,
+        revision: 42,
+        size: 1,
+        etcd_version: Some(Version::new(3, 6, 17)),
+    };
+    let g = |request: Option<&str>| {
+        let mut g = with_backups(given(vec![inst(2, PendingWait), inst(3, PendingWait)]));
+        g.obs.backups = vec![copied.clone(), backup_at(7)];
+        g.obs.published.restore_request = request.map(str::to_string);
+        // Written long ago: a new stack has no generation the request could be stale for.
+        g.obs.published.restore_request_at = Some(1);
+        g
+    };
+    // No request: an empty cluster, as always; with START_FROM=backup, never: held for one.
+    assert!(matches!(g(None).plan(), Step::CreateCluster(r) if r.restored_from.is_none()));
+    let mut held = g(None);
+    held.settings.as_mut().unwrap().start_from_backup = true;
+    assert_eq!(held.plan(), Step::Wait(Wait::AwaitFirstRestore));
+    // The named backup (RECOVERY is auto here, but not what decides), seeded by the oldest
+    // launching instance, its lineage the copied generation's.
+    match g(Some(&copied.key)).plan() {
+        Step::Restore {
+            old: None,
+            new,
+            backup,
+            seed_arn,
+            ..
+        } => {
+            assert_eq!(backup, copied);
+            assert_eq!((new.seed.as_str(), seed_arn), (i(2).as_str(), arn(2)));
+            assert_eq!(new.state, RecordState::Bootstrapping);
+            let from = new.restored_from.unwrap();
+            assert_eq!(
+                (from.snapshot.key, from.previous_token),
+                (copied.key.clone(), copied.token.clone())
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // `latest`: the freshest in the prefix, whatever its generation.
+    assert!(
+        matches!(g(Some("latest")).plan(), Step::Restore { backup, .. } if backup == backup_at(7))
+    );
+    // Never an empty cluster in the requested one's place: a key not in the bucket, a store
+    // that fails, backups off, a seed whose etcd cannot read it, a seed whose version is unknown.
+    let unusable = |g: Given, says: &str| match g.plan() {
+        Step::Wait(Wait::RestoreRequestUnusable { why, .. }) => {
+            assert!(why.contains(says), "{why}")
+        }
+        other => panic!("{says}: {other:?}"),
+    };
+    unusable(g(Some("p/prod-i-9/missing.db")), "names no complete backup");
+    let mut failing = g(Some(&copied.key));
+    failing.obs.backups = vec![];
+    failing.obs.backups_failing = Some("AccessDenied".into());
+    unusable(failing, "backup store fails");
+    let mut off = g(Some(&copied.key));
+    off.settings = None;
+    unusable(off, "backups are off");
+    let mut old_seed = g(Some(&copied.key));
+    for i in &mut old_seed.obs.instances {
+        i.etcd_version = Some(Version::new(3, 5, 30));
+    }
+    assert!(
+        matches!(old_seed.plan(), Step::Wait(Wait::NoRestorableBackup { skipped, .. }) if skipped == vec![copied.key.clone()])
+    );
+    let mut unknown = g(Some(&copied.key));
+    unknown.obs.instances[0].etcd_version = None;
+    assert!(matches!(
+        unknown.plan(),
+        Step::Wait(Wait::VersionUnknown { .. })
+    ));
+}

@@ -110,40 +110,71 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                 },
                 record,
             )),
-            Step::Restore {
-                old,
-                new,
-                backup,
-                seed_arn,
-                skipped,
-            } => {
-                if !skipped.is_empty() {
-                    warn!(?skipped, chosen = %backup.key,
-                        "restore: newer backups skipped, taken on a newer etcd than the seed runs");
-                }
-                let store = self.store(step)?;
-                let snapshot = meter.aws(store.hand_over(&backup.key, seed_arn)).await?;
-                let new = ClusterRecord {
-                    restored_from: new.restored_from.clone().map(|r| Restore { snapshot, ..r }),
-                    ..new.clone()
-                };
-                let r = meter.aws(published.restore_cluster(old, &new)).await?;
-                if r == Created::Created {
-                    tracing::error!(
-                        snapshot = %backup.key,
-                        revision = backup.revision,
-                        snapshot_age_secs = new.created_at - backup.taken_at,
-                        old_token = %old.token,
-                        new_token = %new.token,
-                        seed = %new.seed,
-                        "the cluster is lost for good: restoring it from a backup; writes \
-                         newer than the snapshot (up to its age at the loss) are lost"
-                    );
-                }
-                Ok(won(r, "restoring", &new))
-            }
+            Step::Restore { .. } => self.restore(step, meter).await,
             _ => unreachable!("not a record step: {step}"),
         }
+    }
+
+    /// A restored generation's record, once its seed may read the snapshot: replacing the lost
+    /// one behind its fence, or a new stack's first (create-only).
+    async fn restore(&self, step: &Step, meter: &Meter) -> Applied {
+        let Step::Restore {
+            old,
+            new,
+            backup,
+            seed_arn,
+            skipped,
+        } = step
+        else {
+            unreachable!("not a restore: {step}")
+        };
+        let published = &self.published;
+        let won = |c: Created, record: &ClusterRecord| match c {
+            Created::Created => ("restoring", Some(Written::Record(record.clone()))),
+            Created::AlreadyExists => ("lost-race", None),
+        };
+        if !skipped.is_empty() {
+            warn!(?skipped, chosen = %backup.key,
+                "restore: newer backups skipped, taken on a newer etcd than the seed runs");
+        }
+        let store = self.store(step)?;
+        let (snapshot, copied_from) = meter.aws(store.hand_over(&backup.key, seed_arn)).await?;
+        let new = ClusterRecord {
+            restored_from: new.restored_from.clone().map(|r| Restore {
+                snapshot,
+                copied_from,
+                ..r
+            }),
+            ..new.clone()
+        };
+        let Some(old) = old else {
+            // A new stack's first generation: create-only, as any first record.
+            let r = meter.aws(published.create_cluster(&new)).await?;
+            if r == Created::Created {
+                let from = new
+                    .restored_from
+                    .as_ref()
+                    .and_then(|r| r.copied_from.clone());
+                info!(snapshot = %backup.key, revision = backup.revision, copied_from = ?from,
+                    seed = %new.seed, token = %new.token,
+                    "a new cluster, restored from the backup the restore request names");
+            }
+            return Ok(won(r, &new));
+        };
+        let r = meter.aws(published.restore_cluster(old, &new)).await?;
+        if r == Created::Created {
+            tracing::error!(
+                snapshot = %backup.key,
+                revision = backup.revision,
+                snapshot_age_secs = new.created_at - backup.taken_at,
+                old_token = %old.token,
+                new_token = %new.token,
+                seed = %new.seed,
+                "the cluster is lost for good: restoring it from a backup; writes \
+                 newer than the snapshot (up to its age at the loss) are lost"
+            );
+        }
+        Ok(won(r, &new))
     }
 
     /// What instances read: their configs and key material, and the down-marks.

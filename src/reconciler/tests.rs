@@ -1423,3 +1423,50 @@ async fn a_cluster_secret_created_first_by_another_invocation_is_read_not_replac
     .unwrap_err();
     assert!(e.to_string().contains("token key"), "{e}");
 }
+
+#[tokio::test]
+async fn a_new_stack_asked_to_restore_a_copied_backup_starts_from_it_once_and_records_the_source() {
+    let world = Fake::default();
+    let key = "backups/prod-i-9/00000000500-rev42.db".to_string();
+    let source =
+        "s3://prod-backups/etcd-asg-lifecycle/prod/prod-i-9/20261201T000000Z-rev000000000042.db";
+    {
+        let mut w = world.world();
+        let backup = crate::model::Backup {
+            key: key.clone(),
+            token: "prod-i-9".into(),
+            taken_at: 500,
+            revision: 42,
+            size: 4,
+            etcd_version: None,
+        };
+        w.bucket.insert(key.clone(), (backup, "prod".into()));
+        w.copied_from.insert(key.clone(), source.into());
+        w.restore_request = Some(key.clone());
+        w.restore_request_at = Some(w.now);
+    }
+    for n in 1..=3 {
+        world.launch(n);
+    }
+    // RECOVERY is manual and no loss ever happened: the request alone decides.
+    let r = reconciler_with(
+        &world,
+        &[("BACKUP_BUCKET", "backups"), ("RECOVERY", "manual")],
+    );
+    converge_with(&r, &world).await;
+    let w = world.world();
+    assert_eq!(w.data, "prod", "started from the copied backup");
+    assert_eq!(w.clusters_formed, 1);
+    assert_eq!(w.members.len(), 3);
+    let rec = w.record.clone().unwrap();
+    assert!(rec.has_served());
+    let from = rec.restored_from.expect("restored");
+    assert_eq!(
+        (from.snapshot.key.as_str(), from.previous_token.as_str()),
+        (key.as_str(), "prod-i-9")
+    );
+    assert_eq!(from.copied_from.as_deref(), Some(source));
+    assert!(w.configs.values().all(|p| p.config.restore.is_none()));
+    // No fence of a lost generation: there was none.
+    assert!(w.restored.is_empty(), "{:?}", w.restored);
+}

@@ -357,3 +357,87 @@ def test_a_group_scaled_to_zero_sleeps_in_a_final_snapshot_and_wakes_with_every_
     assert sim.writer.acked and sim.writer.lost() == []
     url = sim.running_client_urls()[0]
     assert int(etcd.status(url)["header"]["revision"]) >= sleeping["revision"] + 1_000_000_000
+
+
+def _objects(sim) -> dict[str, str]:
+    """Every object in the simulation's bucket: key → ETag."""
+    out = {}
+    for page in sim.s3.get_paginator("list_objects_v2").paginate(Bucket=sim.backup_bucket):
+        out.update({o["Key"]: o["ETag"] for o in page.get("Contents", [])})
+    return out
+
+
+@pytest.mark.long(150)
+def test_a_second_stack_starts_from_the_first_stacks_backup_and_leaves_the_first_untouched(simulation):
+    # Two stacks of one account: each its own group, parameters and bucket, one S3 (the second
+    # simulation's S3 is the first's). RECOVERY=manual on the second: the request decides.
+    prod = simulation(backups=True, writer=False, function_env={"BACKUP_INTERVAL_MINUTES": "1"})
+    prod.scale(3)
+    prod.wait_converged(3, label="the first stack")
+    url = prod.running_client_urls()[0]
+    for n in range(20):
+        etcd.put(url, f"/prod/{n:02d}", f"value {n}", timeout=5)
+    revision = int(etcd.status(url)["header"]["revision"])
+    backup = wait_for("a backup of the first stack at the writes' revision", 150,
+                      lambda: next((b for b in reversed(prod.backups()) if b["revision"] >= revision), None))
+    source = f"s3://{prod.backup_bucket}/{backup['key']}"
+    prod_record = prod.parameters()[f"{prod.prefix}/cluster"]
+    prod_objects = _objects(prod)
+    # START_FROM=backup: its instances launch and are held; no empty cluster is ever started.
+    side = simulation(backups=True, writer=False, s3_of=prod,
+                      function_env={"RECOVERY": "manual", "START_FROM": "backup"})
+    side.scale(3)
+    wait_for("the second stack holding its launches for a backup", 60, lambda: any(
+        (b or {}).get("waiting") == "await-first-restore" for _, b in invocation_outcomes(side)))
+    assert _objects(side) == {} and f"{side.prefix}/cluster" not in side.parameters()
+    # Refused, naming the bad value, changing nothing: not an S3 URL, no backup there, a copy
+    # whose bytes are not what the manifest says, a snapshot etcd's trailer does not match.
+    snapshot = prod.s3.get_object(Bucket=prod.backup_bucket, Key=backup["key"])["Body"].read()
+    manifest = json.loads(prod.s3.get_object(Bucket=prod.backup_bucket, Key=f"{backup['key']}.json")["Body"].read())
+    prod.s3.create_bucket(Bucket="etcd-archive")
+    flipped = snapshot[:100] + bytes([snapshot[100] ^ 0xFF]) + snapshot[101:]
+    archive = backup["key"].replace(f"/{prod.group}/", "/archived/")
+    prod.s3.put_object(Bucket="etcd-archive", Key=f"{archive}", Body=flipped)
+    prod.s3.put_object(Bucket="etcd-archive", Key=f"{archive}.json", Body=json.dumps(manifest))
+    lying = backup["key"].replace(f"/{prod.group}/", "/lying/")
+    prod.s3.put_object(Bucket="etcd-archive", Key=lying, Body=snapshot)
+    prod.s3.put_object(Bucket="etcd-archive", Key=f"{lying}.json", Body=json.dumps({**manifest, "sha256": "0" * 64}))
+    for bad, says in [("https://example.com/x.db", "must start with s3://"),
+                      (f"s3://{prod.backup_bucket}/{backup['key']}.missing", "not a backup's snapshot"),
+                      (f"s3://{prod.backup_bucket}/{backup['key'].replace('.db', '0.db')}", "no readable manifest"),
+                      (f"s3://etcd-archive/{archive}", "SHA-256"),
+                      (f"s3://etcd-archive/{lying}", "the copy is deleted")]:
+        r = side.cli("restore", "--from", bad)
+        assert r.returncode != 0 and says in r.stderr, (bad, r.stderr)
+        assert _objects(side) == {}, bad
+    assert f"{side.prefix}/restore-request" not in side.parameters()
+    # Copied with the operator's credentials, checked on the way; then the second stack's first
+    # instance starts the cluster from it.
+    r = side.cli("restore", "--from", source)
+    assert r.returncode == 0 and "checksum verified" in r.stdout, r.stderr
+    (copy,) = side.backups()
+    assert copy["copied_from"] == source and copy["sha256"] == backup["sha256"], copy
+    assert copy["key"].startswith(f"etcd-asg-lifecycle/{side.group}/"), copy
+    again = side.cli("restore", "--from", source)  # a second run finds the copy: nothing changes
+    assert again.returncode == 0, again.stderr
+    assert [b["key"] for b in side.backups()] == [copy["key"]]
+    side.wait_converged(3, label="the second stack, from the first's backup", timeout=240)
+    side_url = side.running_client_urls()[0]
+    assert etcd.keys_with_prefix(side_url, "/prod/") == {f"/prod/{n:02d}" for n in range(20)}
+    record = json.loads(side.parameters()[f"{side.prefix}/cluster"])
+    assert record["restored_from"]["snapshot"]["key"] == copy["key"], record
+    assert record["restored_from"]["copied_from"] == source, record
+    assert side.cluster_id is not None and side.cluster_id != prod.cluster_id
+    with open(f"{side.workdir}/function.log") as f:
+        assert "restored from the backup the restore request names" in f.read()
+    # Its own cluster: what it writes stays there; the first stack is as it was.
+    etcd.put(side_url, "/side/only", "x", timeout=5)
+    assert etcd.keys_with_prefix(url, "/side/") == set()
+    assert etcd.keys_with_prefix(url, "/prod/") == {f"/prod/{n:02d}" for n in range(20)}
+    assert prod.parameters()[f"{prod.prefix}/cluster"] == prod_record
+    after = _objects(prod)
+    assert all(after.get(k) == etag for k, etag in prod_objects.items()), "the first stack's backups changed"
+    assert not [k for k in after if k.startswith(f"etcd-asg-lifecycle/{side.group}/")]
+    # And the first stack still refuses a backup from elsewhere while its own cluster answers.
+    r = prod.cli("restore", "--from", f"s3://{side.backup_bucket}/{copy['key']}")
+    assert r.returncode != 0 and "answers" in r.stderr, r.stderr

@@ -222,11 +222,14 @@ def test_the_dashboard_shows_the_cluster_the_steps_and_the_function(template):
 def test_the_group_tags_carry_the_functions_settings_for_the_cli(template, managed_tls):
     """`etcd-asg --stack NAME` finds the group by aws:cloudformation:stack-name and reads these.
     With Tls managed it also needs TLS (https, client-cert), the PKI key, ETCD_AUTH (client-cert
-    asks for --prefix), and the settings that shape member configs and certificate renewals."""
+    asks for --prefix), and the settings that shape member configs and certificate renewals;
+    START_FROM, for `plan` in a new stack."""
     cli_vars = ("LAUNCH_HOOK_NAME", "TERMINATE_HOOK_NAME", "CLUSTER_NAME", "PARAMETER_PREFIX",
                 "ADDRESS_SOURCE", "ETCD_PEER_SCHEME", "ETCD_PEER_PORT", "ETCD_CLIENT_SCHEME",
                 "ETCD_CLIENT_PORT", "BACKUP_BUCKET", "BACKUP_PREFIX", "TLS", "MEMBER_CERT_DAYS",
-                "PKI_KMS_KEY_ID", "ETCD_METRICS_PORT", "ETCD_AUTH")
+                "PKI_KMS_KEY_ID", "ETCD_METRICS_PORT", "ETCD_AUTH",
+                # `plan` in a new stack: whether it waits for a backup or starts empty.
+                "START_FROM")
     conditions = {"ManagedTls": managed_tls, "CreateBackupBucket": True, "HasZone": True}
     (group,) = resources(template, "AWS::AutoScaling::AutoScalingGroup").values()
     tags = {t["Key"]: t for t in render(group["Properties"]["Tags"], conditions)}
