@@ -358,6 +358,19 @@ pub struct ClusterRecord {
     /// again while the cluster still runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sleeping: Option<Sleeping>,
+    /// A cluster that ran before this stack, adopted (`ADOPT_ENDPOINTS`, docs/adopting.md): its
+    /// members at adoption, which leave once the group's instances have joined. Cleared when the
+    /// last of them has gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopting: Option<Adopting>,
+}
+
+/// An adoption under way: the members the cluster had when it was adopted (ids, as etcd's JSON
+/// gateway gives them: decimal).
+#[derive(Clone, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Adopting {
+    pub members: Vec<u64>,
+    pub since: Timestamp,
 }
 
 /// Where a sleeping cluster's data is: the final snapshot, at the revision it holds.
@@ -439,6 +452,7 @@ impl ClusterRecord {
             cluster_id: None,
             restored_from: None,
             sleeping: None,
+            adopting: None,
         }
     }
 

@@ -328,10 +328,18 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             .filter(|i| i.state.is_present())
             .collect();
         present.sort_by(|a, b| (a.launched_at, &a.id).cmp(&(b.launched_at, &b.id)));
-        let endpoints: Vec<String> = present
+        let mut endpoints: Vec<String> = present
             .iter()
             .filter_map(|i| i.address.as_deref().map(|a| topology.client_url(a)))
             .collect();
+        // A cluster to adopt, or being adopted, answers at its own endpoints too.
+        let adopting = published
+            .cluster
+            .as_ref()
+            .is_none_or(|r| r.adopting.is_some());
+        if adopting {
+            endpoints.extend(self.config.settings.adopt.iter().cloned());
+        }
         let expected = published.cluster.as_ref().and_then(|r| r.cluster_id);
         let cluster = meter
             .cluster(self.members.observe(&endpoints, expected))

@@ -147,6 +147,8 @@ pub struct Settings {
     /// START_FROM=backup: a new stack's first cluster only ever starts from the backup a restore
     /// request names, never empty.
     pub start_from_backup: bool,
+    /// ADOPT_ENDPOINTS: the client URLs of a cluster that runs already, to adopt.
+    pub adopt: Vec<String>,
 }
 
 #[cfg(test)]
@@ -175,6 +177,7 @@ impl Settings {
             member_cert_secs: None,
             etcd_auth: false,
             start_from_backup: false,
+            adopt: vec![],
         }
     }
 }
@@ -336,6 +339,7 @@ impl Config {
             v => return Err(bad(START_FROM.name, v, "must be 'empty' or 'backup'")),
         };
         let managed = pki.is_some();
+        let adopt = adopt_endpoints(&env, managed)?;
         let etcd_auth = env.switch(&ETCD_AUTH, managed)?;
         if etcd_auth && !managed {
             return Err(bad(
@@ -355,6 +359,7 @@ impl Config {
                 member_cert_secs: pki.as_ref().map(|p| p.member_cert_secs),
                 etcd_auth,
                 start_from_backup,
+                adopt,
                 defrag_free_percent: env.number(&DEFRAG_FREE_PERCENT, 10, 95)?,
                 defrag_min_bytes: env.number(&DEFRAG_MIN_BYTES, 0, MAX_QUOTA_BACKEND_BYTES)?,
                 cluster_name: names.cluster_name,
@@ -616,6 +621,49 @@ impl Timing {
             deadline_margin: env.millis(&DEADLINE_MARGIN_MS, 0, 60_000)?,
         })
     }
+}
+
+/// ADOPT_ENDPOINTS: plain-HTTP client URLs (`http://host:port`), at most nine. Adopting a
+/// cluster with TLS (its CA) or authentication (its credentials) is not built yet: refused
+/// with TLS=managed rather than half done.
+fn adopt_endpoints(env: &Env, managed: bool) -> Result<Vec<String>, Error> {
+    let Some(value) = env.get(&ADOPT_ENDPOINTS).filter(|v| !v.trim().is_empty()) else {
+        return Ok(vec![]);
+    };
+    if managed {
+        return Err(bad(
+            ADOPT_ENDPOINTS.name,
+            &value,
+            "needs TLS=off: adopting a cluster with TLS (its CA) is not supported yet",
+        ));
+    }
+    let urls: Vec<String> = value.split(',').map(|u| u.trim().to_string()).collect();
+    let well_formed = |u: &str| {
+        u.strip_prefix("http://")
+            .and_then(|rest| rest.rsplit_once(':'))
+            .is_some_and(|(host, port)| {
+                !host.is_empty()
+                    && host
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b".-[]:".contains(&b))
+                    && port.parse::<u16>().is_ok_and(|p| p > 0)
+            })
+    };
+    if let Some(u) = urls.iter().find(|u| !well_formed(u)) {
+        return Err(bad(
+            ADOPT_ENDPOINTS.name,
+            u,
+            "is not a client URL http://host:port",
+        ));
+    }
+    if urls.len() > 9 {
+        return Err(bad(
+            ADOPT_ENDPOINTS.name,
+            &value,
+            "names more than nine endpoints",
+        ));
+    }
+    Ok(urls)
 }
 
 fn bad(var: &str, value: &str, reason: &str) -> Error {

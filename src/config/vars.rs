@@ -193,6 +193,14 @@ pub const START_FROM: Var = Var::new(
      first launches are held until `etcd-asg restore` names the backup to start from",
 );
 
+pub const ADOPT_ENDPOINTS: Var = Var::new(
+    "ADOPT_ENDPOINTS",
+    "",
+    "an etcd cluster that runs already, adopted with no downtime: its client URLs, \
+     comma-separated (plain HTTP, without authentication: [Adopting a cluster](adopting.md))",
+)
+.noted("unset (nothing to adopt)");
+
 // Maintenance.
 pub const DEFRAG_FREE_PERCENT: Var = Var::new(
     "DEFRAG_FREE_PERCENT",
@@ -277,6 +285,7 @@ pub const VARIABLES: &[Var] = &[
     BACKUP_DAILY_DAYS,
     RECOVERY,
     START_FROM,
+    ADOPT_ENDPOINTS,
     DEFRAG_FREE_PERCENT,
     DEFRAG_MIN_BYTES,
     ETCD_REQUEST_TIMEOUT_MS,

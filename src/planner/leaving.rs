@@ -99,6 +99,10 @@ fn departed<'a>(ctx: &Context<'a>) -> Vec<Leaving<'a>> {
     voters
         .into_iter()
         .filter_map(|m| {
+            // An adopted member stays until the group's instances have taken over.
+            if super::adopt::held(ctx, m.id) {
+                return None;
+            }
             let instance = ctx.instance_of(m);
             let reason = if instance.is_none_or(|i| !i.state.is_present()) {
                 Removal::InstanceGone

@@ -36,6 +36,7 @@
 //! 9. backups, whenever membership has no step to take (`backup`).
 
 mod access;
+mod adopt;
 pub mod backup;
 mod cleanup;
 mod context;
@@ -68,7 +69,9 @@ pub fn assess(obs: &Observation, settings: &Settings) -> Plan {
         ClusterState::Unreachable { detail, survivors } => {
             return match &obs.published.cluster {
                 Some(record) if obs.published.served(record) => {
-                    backup::recovery(obs, settings, record, detail, survivors)
+                    adopt::while_unreachable(record, detail).unwrap_or_else(|| {
+                        backup::recovery(obs, settings, record, detail, survivors)
+                    })
                 }
                 _ => record::bootstrap(obs, settings, detail),
             }
@@ -80,7 +83,11 @@ pub fn assess(obs: &Observation, settings: &Settings) -> Plan {
         settings,
         view,
     };
-    if let Some(step) = record::bookkeeping(&ctx).or_else(|| cleanup::forget_recovered(&ctx)) {
+    if let Some(step) = adopt::adopt(&ctx)
+        .or_else(|| record::bookkeeping(&ctx))
+        .or_else(|| adopt::finished(&ctx))
+        .or_else(|| cleanup::forget_recovered(&ctx))
+    {
         return Plan::only(step);
     }
     // Every rule is a cheap pure function: evaluating all keeps the priority order plain.

@@ -88,6 +88,12 @@ pub fn bookkeeping(ctx: &Context) -> Option<Step> {
 /// under way, or a seed that never served to replace.
 pub fn bootstrap(obs: &Observation, settings: &Settings, detail: &str) -> Plan {
     let Some(record) = &obs.published.cluster else {
+        // A cluster to adopt that does not answer is never replaced by a new, empty one.
+        if !settings.adopt.is_empty() {
+            return Plan::waiting(Wait::AdoptionRefused {
+                why: format!("the cluster at ADOPT_ENDPOINTS does not answer ({detail})"),
+            });
+        }
         // No record and nobody answering: a brand-new cluster (empty, or restored from the
         // backup an operator asked for). The create-only write decides. Only a launching
         // instance may seed: one in service may run etcd we cannot reach.

@@ -222,6 +222,10 @@ pub enum Wait {
         instance: String,
         why: String,
     },
+    /// ADOPT_ENDPOINTS: the cluster there cannot be adopted as it is (`why`); nothing changes.
+    AdoptionRefused {
+        why: String,
+    },
     /// START_FROM=backup: a new stack (no cluster record) never starts empty; its first
     /// launches are held until a restore request names the backup to start from.
     AwaitFirstRestore,
@@ -365,6 +369,7 @@ impl Plan {
 impl Step {
     pub fn name(&self) -> &'static str {
         match self {
+            Self::CreateCluster(r) if r.adopting.is_some() => "adopt",
             Self::CreateCluster(_) => "create-cluster",
             Self::ReseedCluster { .. } => "reseed-cluster",
             Self::MarkServed(_) => "mark-served",
@@ -459,6 +464,7 @@ impl Wait {
             Self::AwaitRestoreRequest { .. } => "await-restore-request",
             Self::RestoreRequestUnusable { .. } => "restore-request-unusable",
             Self::AwaitFirstRestore => "await-first-restore",
+            Self::AdoptionRefused { .. } => "adoption-refused",
             Self::Asleep { .. } => "asleep",
             Self::FinalSnapshotPending { .. } => "final-snapshot-pending",
             Self::QuorumGuard { .. } => "quorum-guard",
@@ -564,6 +570,11 @@ impl Step {
     /// Long: one arm per step, each its sentence; split, the wording would only scatter.
     pub fn why(&self) -> String {
         match self {
+            Self::CreateCluster(r) if r.adopting.is_some() => format!(
+                "adoption: the cluster at ADOPT_ENDPOINTS is fit: record it as this stack's (cluster {:x}); its {} members leave once the group's instances have joined",
+                r.cluster_id.unwrap_or_default(),
+                r.adopting.as_ref().map_or(0, |a| a.members.len())
+            ),
             Self::CreateCluster(r) => format!(
                 "rule 1: no cluster record and no member answers: create the record, seeded by {} (the oldest launching instance)",
                 r.seed
@@ -710,6 +721,9 @@ impl Wait {
             ),
             Self::FinalSnapshotPending { instance, why } => format!(
                 "the group is scaled to zero and {instance} is the last voter: its termination is held (heartbeated) until its final snapshot is in the bucket ({why}); to let it go without one, complete its lifecycle action by hand"
+            ),
+            Self::AdoptionRefused { why } => format!(
+                "adoption refused, nothing changed: {why}; fix the cluster (or ADOPT_ENDPOINTS) and the next invocation checks again"
             ),
             Self::AwaitFirstRestore => "START_FROM=backup: this stack's first cluster starts from a backup only; the launching instances are held until `etcd-asg restore` (or `restore --from` another stack's backup) names it".into(),
             Self::RestoreRequestUnusable { request, why } => format!(

@@ -2497,3 +2497,186 @@ fn a_new_stack_with_a_restore_request_starts_from_exactly_that_backup_or_not_at_
         Step::Wait(Wait::VersionUnknown { .. })
     ));
 }
+
+/// A member of a cluster that ran before the stack (no instance of the group): `old-n`, id 200+n.
+fn adopted(n: u8) -> Member {
+    Member {
+        id: MemberId(200 + n as u64),
+        name: format!("old-{n}"),
+        peer_urls: vec![format!("http://10.1.0.{n}:2380")],
+        client_urls: vec![format!("http://10.1.0.{n}:2379")],
+        is_learner: false,
+    }
+}
+
+fn adopting(mut g: Given) -> Given {
+    let mut s = settings();
+    s.adopt = vec!["http://10.1.0.1:2379".into()];
+    g.settings = Some(s);
+    g
+}
+
+#[test]
+fn a_fit_cluster_is_adopted_as_it_is_and_an_unfit_one_changes_nothing() {
+    let group = || (1..=3).map(|n| inst(n, PendingWait)).collect::<Vec<_>>();
+    let g = || adopting(given(group()).members((1..=3).map(adopted).collect()));
+    match g().plan() {
+        Step::CreateCluster(r) => {
+            assert_eq!(
+                (r.state, r.cluster_id, r.seed.as_str()),
+                (RecordState::Served, Some(7), "old-1")
+            );
+            assert_eq!(r.adopting.unwrap().members, vec![201, 202, 203]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Without ADOPT_ENDPOINTS none of this applies.
+    assert!(!matches!(
+        given(group())
+            .members((1..=3).map(adopted).collect())
+            .plan(),
+        Step::CreateCluster(_)
+    ));
+    let refused = |g: Given, says: &str| match g.plan() {
+        Step::Wait(Wait::AdoptionRefused { why }) => assert!(why.contains(says), "{says}: {why}"),
+        other => panic!("{says}: {other:?}"),
+    };
+    let with_learner = adopting(given(group()).members(vec![
+        adopted(1),
+        adopted(2),
+        Member {
+            is_learner: true,
+            ..adopted(3)
+        },
+    ]));
+    refused(with_learner, "is a learner");
+    let mut down = g();
+    if let ClusterState::Known(v) = &mut down.obs.cluster {
+        v.healthy.remove(&MemberId(202));
+    }
+    refused(down, "does not answer");
+    let mut alarmed = g();
+    let mut authed = g();
+    let mut old = g();
+    if let (ClusterState::Known(a), ClusterState::Known(b), ClusterState::Known(c)) = (
+        &mut alarmed.obs.cluster,
+        &mut authed.obs.cluster,
+        &mut old.obs.cluster,
+    ) {
+        a.alarms.push(Alarm {
+            member: MemberId(202),
+            kind: "NOSPACE".into(),
+        });
+        b.auth_enabled = true;
+        c.cluster_version = Some(Version::new(3, 3, 0));
+    }
+    refused(alarmed, "alarm NOSPACE");
+    refused(authed, "authentication is on");
+    refused(old, "below 3.4.0");
+    let tls = adopting(given(group()).members(vec![Member {
+        peer_urls: vec!["https://10.1.0.1:2380".into()],
+        ..adopted(1)
+    }]));
+    refused(tls, "peer URLs");
+    // Not answering: never an empty cluster in its place.
+    refused(adopting(given(group())), "does not answer");
+}
+
+#[test]
+fn adopted_members_leave_only_once_the_group_has_taken_over_the_leader_handing_over_first() {
+    let record = |g: Given| {
+        let mut g = g.record(1);
+        let r = g.obs.published.cluster.as_mut().unwrap();
+        r.seed = "old-1".into();
+        r.adopting = Some(Adopting {
+            members: vec![201, 202, 203],
+            since: 1,
+        });
+        g
+    };
+    // The group's instances join first: a learner is added while every adopted member stays.
+    let joining = record(adopting(
+        given((1..=3).map(|n| inst(n, PendingWait)).collect())
+            .members((1..=3).map(adopted).collect()),
+    ));
+    assert!(
+        matches!(joining.plan(), Step::AddLearner { ref instance, .. } if *instance == i(1)),
+        "{:?}",
+        joining.plan()
+    );
+    // Two of three joined: still nobody leaves.
+    let mut members: Vec<Member> = (1..=3).map(adopted).collect();
+    members.extend([voter(1), voter(2)]);
+    let partly = record(adopting(
+        given((1..=3).map(|n| inst(n, PendingWait)).collect()).members(members.clone()),
+    ));
+    assert!(
+        !matches!(
+            partly.plan(),
+            Step::RemoveMember { .. } | Step::TransferLeadership { .. }
+        ),
+        "{:?}",
+        partly.plan()
+    );
+    // All three voters: the adopted leader hands over to a member of the group, then the adopted
+    // members go one at a time.
+    members.push(voter(3));
+    let over = record(adopting(
+        given((1..=3).map(|n| inst(n, InService)).collect()).members(members.clone()),
+    ));
+    assert_eq!(
+        over.plan(),
+        Step::TransferLeadership {
+            from: MemberId(201),
+            to: id(1),
+            leader_endpoint: "http://10.1.0.1:2379".into()
+        }
+    );
+    let led = over.leader(1);
+    assert!(
+        matches!(
+            led.plan(),
+            Step::RemoveMember {
+                member: MemberId(201),
+                ..
+            }
+        ),
+        "{:?}",
+        led.plan()
+    );
+    // None left: the record says the adoption is over.
+    let done = record(adopting(
+        given((1..=3).map(|n| inst(n, InService)).collect()).members((1..=3).map(voter).collect()),
+    ))
+    .leader(1);
+    match done.plan() {
+        Step::MarkServed(r) => assert_eq!((r.adopting, r.cluster_id), (None, Some(7))),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn nothing_is_restored_over_an_adoption_under_way() {
+    // The adopted members unreachable, no member of the group joined yet, a backup there: never a
+    // restore (they are outside the group; a partition looks the same).
+    let mut blip =
+        with_backups(adopting(given((1..=3).map(|n| inst(n, PendingWait)).collect())).record(1));
+    blip.settings.as_mut().unwrap().adopt = vec!["http://10.1.0.1:2379".into()];
+    blip.obs.published.cluster.as_mut().unwrap().adopting = Some(Adopting {
+        members: vec![201],
+        since: 1,
+    });
+    blip.obs.backups = vec![backup_at(40)];
+    assert!(
+        matches!(blip.plan(), Step::Wait(Wait::ClusterUnreachable { ref detail }) if detail.contains("adoption")),
+        "{:?}",
+        blip.plan()
+    );
+    // The same without the adoption: restored.
+    blip.obs.published.cluster.as_mut().unwrap().adopting = None;
+    assert!(
+        matches!(blip.plan(), Step::Restore { .. }),
+        "{:?}",
+        blip.plan()
+    );
+}

@@ -450,6 +450,9 @@ fn report(waits: &[Wait], held_for_quorum: &[HeldTermination]) {
             Wait::VersionGate { instance, why } => {
                 warn!(%instance, %why, "launch held by the version gate")
             }
+            Wait::AdoptionRefused { why } => {
+                tracing::error!(?why, "adoption refused: nothing changed")
+            }
             Wait::VersionUnknown { .. } | Wait::NoRestorableBackup { .. } => {
                 tracing::error!(wait = %w, why = %w.why(), "held: etcd versions")
             }

@@ -398,7 +398,7 @@ func newClient(endpoints []string, tlsInfo *transport.TLSInfo) (*clientv3.Client
 
 func record(args []string) error {
 	fs := flag.NewFlagSet("record", flag.ExitOnError)
-	endpoint := fs.String("endpoint", "", "the load balancer's client URL (https://host:port)")
+	endpoint := fs.String("endpoint", "", "the load balancer's client URL (https://host:port); several, comma-separated, for clients that fail over (an adoption: the old members, then the stack's)")
 	members := fs.String("members", "", "member client URLs some clients are pinned to (comma-separated; optional)")
 	pinned := fs.Int("pinned", 2, "how many of the clients are pinned to members (one member each, round robin)")
 	pinnedSerializable := fs.Bool("pinned-serializable", false, "pinned clients only read, serializably (a member's own view)")
@@ -456,7 +456,8 @@ func record(args []string) error {
 		}
 	}()
 
-	lb, err := newClient([]string{*endpoint}, tlsInfo)
+	endpoints := strings.Split(*endpoint, ",")
+	lb, err := newClient(endpoints, tlsInfo)
 	if err != nil {
 		return fmt.Errorf("client for %s: %w", *endpoint, err)
 	}
@@ -484,7 +485,7 @@ func record(args []string) error {
 	var watchers sync.WaitGroup
 	wctx, wstop := context.WithCancel(context.Background())
 	for w := 0; w < 2; w++ {
-		wc, err := newClient([]string{*endpoint}, tlsInfo)
+		wc, err := newClient(endpoints, tlsInfo)
 		if err != nil {
 			wstop()
 			return err
@@ -515,7 +516,7 @@ func record(args []string) error {
 				return err
 			}
 			defer cl.Close()
-		} else if cl, err = newClient([]string{*endpoint}, tlsInfo); err != nil {
+		} else if cl, err = newClient(endpoints, tlsInfo); err != nil {
 			wstop()
 			return err
 		} else {

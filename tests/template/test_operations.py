@@ -229,7 +229,7 @@ def test_the_group_tags_carry_the_functions_settings_for_the_cli(template, manag
                 "ETCD_CLIENT_PORT", "BACKUP_BUCKET", "BACKUP_PREFIX", "TLS", "MEMBER_CERT_DAYS",
                 "PKI_KMS_KEY_ID", "ETCD_METRICS_PORT", "ETCD_AUTH",
                 # `plan` in a new stack: whether it waits for a backup or starts empty.
-                "START_FROM")
+                "START_FROM", "ADOPT_ENDPOINTS")
     conditions = {"ManagedTls": managed_tls, "CreateBackupBucket": True, "HasZone": True}
     (group,) = resources(template, "AWS::AutoScaling::AutoScalingGroup").values()
     tags = {t["Key"]: t for t in render(group["Properties"]["Tags"], conditions)}
