@@ -314,7 +314,9 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             beats.extend(due.await);
         }
         if seen.published.is_none() {
-            seen.published = Some(meter.aws(self.published.load()).await?);
+            let published = meter.aws(self.published.load()).await?;
+            self.adopted_or_not(&published);
+            seen.published = Some(published);
         }
         let (group, published) = match (&seen.group, &seen.published) {
             (Some((group, _)), Some(published)) => (group.clone(), published.clone()),
@@ -358,6 +360,23 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             backups_failing,
             now: (self.clock)(),
         })
+    }
+
+    /// ADOPT_ENDPOINTS set on a stack whose cluster was not adopted (it started its own first:
+    /// deployed without it, then updated): the endpoints are ignored, and clients given both
+    /// would write to two clusters. Said on every invocation until one or the other is changed.
+    fn adopted_or_not(&self, published: &crate::model::PublishedState) {
+        let Some(record) = published.cluster.as_ref() else {
+            return;
+        };
+        let adopted = record.adopting.is_some() || record.token.contains("-adopted-");
+        if !self.config.settings.adopt.is_empty() && !adopted {
+            tracing::error!(
+                token = %record.token,
+                "ADOPT_ENDPOINTS is set, but this stack's cluster was not adopted (it started its \
+                 own before): the endpoints are ignored; two clusters run, keep their clients apart"
+            );
+        }
     }
 
     /// The backups, or why the store is not used this invocation.

@@ -129,7 +129,14 @@ impl S3Backups {
         })
     }
 
-    async fn upload(&self, key: &str, mut snapshot: Snapshot) -> Result<(u64, String), Error> {
+    /// `expect`: the size and SHA-256 the stream must have (a copy's), checked before the
+    /// upload completes: a mismatch never becomes an object.
+    async fn upload(
+        &self,
+        key: &str,
+        mut snapshot: Snapshot,
+        expect: Option<(u64, &str)>,
+    ) -> Result<(u64, String), Error> {
         let created = self
             .s3
             .create_multipart_upload()
@@ -140,7 +147,7 @@ impl S3Backups {
             .await
             .map_err(|e| aws("CreateMultipartUpload")(e.into()))?;
         let upload_id = created.upload_id().unwrap_or_default().to_string();
-        let result = self.parts(key, &upload_id, &mut snapshot).await;
+        let result = self.parts(key, &upload_id, &mut snapshot, expect).await;
         if let Err(e) = &result {
             // Nothing half-done: an aborted upload leaves no object (and the bucket's lifecycle
             // rule sweeps any abort that fails).
@@ -162,6 +169,7 @@ impl S3Backups {
         key: &str,
         upload_id: &str,
         snapshot: &mut Snapshot,
+        expect: Option<(u64, &str)>,
     ) -> Result<(u64, String), Error> {
         let mut integrity = crate::snapshot::SnapshotIntegrity::default();
         let mut sha256 = None;
@@ -179,6 +187,13 @@ impl S3Backups {
                     // Before the last part and the completion: a stream that fails etcd's own
                     // check never becomes an object (the caller aborts the upload).
                     let checked = std::mem::take(&mut integrity).verify();
+                    let checked = checked.and_then(|sha| match expect {
+                        Some((want_size, want)) if (want_size, want) != (size, hex(&sha).as_str()) => Err(format!(
+                            "{size} bytes hashing to {}, its manifest says {want_size} bytes hashing to {want}",
+                            hex(&sha)
+                        )),
+                        _ => Ok(sha),
+                    });
                     sha256 = Some(checked.map_err(|detail| {
                         tracing::error!(%key, size, %detail, "snapshot refused: not stored");
                         Error::EtcdProtocol {
@@ -252,15 +267,15 @@ impl S3Backups {
         let Err(e) = completed else {
             return Ok(());
         };
-        if e.code() == Some("NoSuchUpload") && self.stored(key, size).await? {
+        if e.code() == Some("NoSuchUpload") && self.stored(key, Some(size)).await? {
             tracing::info!(%key, "the upload was completed by an attempt whose answer was lost");
             return Ok(());
         }
         Err(aws("CompleteMultipartUpload")(e.into()))
     }
 
-    /// Whether `key` is an object of `size` bytes (HeadObject).
-    async fn stored(&self, key: &str, size: u64) -> Result<bool, Error> {
+    /// Whether `key` is an object (of `size` bytes, when given) (HeadObject).
+    async fn stored(&self, key: &str, size: Option<u64>) -> Result<bool, Error> {
         let head = self
             .s3
             .head_object()
@@ -269,7 +284,7 @@ impl S3Backups {
             .send()
             .await;
         match head {
-            Ok(out) => Ok(out.content_length() == Some(size as i64)),
+            Ok(out) => Ok(size.is_none_or(|s| out.content_length() == Some(s as i64))),
             Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => Ok(false),
             Err(e) => Err(aws("HeadObject")(e.into())),
         }
@@ -321,7 +336,7 @@ impl Backups for S3Backups {
         facts: &SnapshotFacts,
     ) -> Result<(Backup, String), Error> {
         let key = self.key(facts);
-        let (size, sha256) = self.upload(&key, snapshot).await?;
+        let (size, sha256) = self.upload(&key, snapshot, None).await?;
         let manifest = Manifest {
             sha256: sha256.clone(),
             size,
@@ -492,7 +507,8 @@ impl S3Backups {
                 "has no readable manifest beside it ({e}): not a complete backup"
             ))
         })?;
-        if let Ok(there) = manifest(&self.s3, &self.bucket, &target).await {
+        if self.stored(&format!("{target}.json"), None).await? {
+            let there = manifest(&self.s3, &self.bucket, &target).await?;
             if there.sha256 == source_manifest.sha256 {
                 tracing::info!(%target, "already copied: nothing to do");
                 return Ok(Backup {
@@ -513,16 +529,12 @@ impl S3Backups {
             .send()
             .await
             .map_err(|e| aws("GetObject")(e.into()))?;
-        let (size, sha256) = self
-            .upload(&target, Box::new(ObjectStream(object.body)))
-            .await?;
-        if sha256 != source_manifest.sha256 || size != source_manifest.size {
-            let _ = self.delete(&target).await;
-            return Err(refuse(format!(
-                "copied {size} bytes hashing to {sha256}, its manifest says {} bytes hashing to {}: the copy is deleted",
-                source_manifest.size, source_manifest.sha256
-            )));
-        }
+        // Checked on the way: a copy that does not match is aborted, never stored.
+        let expect = Some((source_manifest.size, source_manifest.sha256.as_str()));
+        let (size, _) = self
+            .upload(&target, Box::new(ObjectStream(object.body)), expect)
+            .await
+            .map_err(|e| refuse(format!("was not copied: {e:?}")))?;
         let copy = Manifest {
             copied_from: Some(source.to_string()),
             ..source_manifest

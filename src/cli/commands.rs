@@ -60,10 +60,10 @@ pub async fn backups(live: &Live, json: bool) -> Result<(), Error> {
 }
 
 /// `restore BACKUP`: the request RECOVERY=manual waits for, for a backup the bucket has (and
-/// a new stack starts from). `restore --from s3://…`: another stack's backup copied into this
-/// stack's prefix first, with the caller's credentials; only while no member answers (a new
-/// stack, or a cluster lost), so a running cluster is never set up to be replaced by another's
-/// data.
+/// a new stack with START_FROM=backup starts from). `restore --from s3://…`: another stack's
+/// backup copied into this stack's prefix first, with the caller's credentials; only into a
+/// stack with no cluster record (checked again after the copy, before the request is written),
+/// so no cluster of this stack, running or lost, is ever set up to be replaced by another's data.
 pub async fn restore(
     live: &Live,
     backup: Option<String>,
@@ -71,15 +71,21 @@ pub async fn restore(
 ) -> Result<(), Error> {
     let backup = match (backup, from) {
         (_, Some(source)) => {
-            let (obs, _) = live.look().await?;
-            if matches!(obs.cluster, ClusterState::Known(_)) {
-                return Err(Error::Config {
-                    var: "--from".into(),
-                    value: source,
-                    reason: "cannot be restored here: this stack's cluster answers (start a side stack from it, or restore it once this cluster is lost)".into(),
-                });
+            let has_record = |source: &str| {
+                Error::Config {
+                var: "--from".into(),
+                value: source.to_string(),
+                reason: "cannot be restored here: this stack has a cluster already (its record); start a side stack with StartFrom=backup from it".into(),
+            }
+            };
+            if live.published.load().await?.cluster.is_some() {
+                return Err(has_record(&source));
             }
             let copied = store(live)?.import(&source).await?;
+            if live.published.load().await?.cluster.is_some() {
+                // A launch started a cluster while the copy ran: the copy stays, unrequested.
+                return Err(has_record(&source));
+            }
             println!(
                 "copied {source} into s3://{}/{} ({} bytes, checksum verified)",
                 store(live)?.bucket,

@@ -340,6 +340,13 @@ impl Config {
         };
         let managed = pki.is_some();
         let adopt = adopt_endpoints(&env, managed)?;
+        if start_from_backup && !adopt.is_empty() {
+            return Err(bad(
+                START_FROM.name,
+                "backup",
+                "cannot go with ADOPT_ENDPOINTS: a stack either adopts a running cluster or starts from a backup",
+            ));
+        }
         let etcd_auth = env.switch(&ETCD_AUTH, managed)?;
         if etcd_auth && !managed {
             return Err(bad(

@@ -3,10 +3,12 @@
 //! With `ADOPT_ENDPOINTS` and no cluster record, the cluster that answers there is checked; fit,
 //! its record is written (served, its own cluster id, its members at adoption); unfit, nothing
 //! changes and the wait says why. From then on it is this stack's cluster like any other: the
-//! group's instances join as learners and are promoted (rules 3 and 4); the adopted members
-//! stay until the group has taken over (every instance it wants is a started voter, no
-//! learner), then leave one at a time behind the quorum guard, a leader handing over to a
-//! member of the group first (rule 2); once none is left the record says the adoption is over.
+//! group's instances join as learners and are promoted (rules 3 and 4), one at a time, and after
+//! each promotion that takes the voters past the group's desired capacity an adopted member
+//! leaves (rule 2: behind the quorum guard, a leader handing over to a member of the group
+//! first), so the cluster never holds more than one voter beyond its size and never splits
+//! evenly between the old members and the new; a dead adopted member is removed at once (that
+//! never lowers the failures tolerated). Once none is left the record says the adoption is over.
 //! Every write is the create-only record or a membership change the next observation shows,
 //! so a crash or a lost answer anywhere is rolled forward by the next invocation.
 //!
@@ -18,7 +20,7 @@
 use super::context::Context;
 use super::step::{Step, Wait};
 use crate::model::{Adopting, ClusterRecord, LifecycleState, RecordState};
-use crate::versions::Version;
+use crate::versions::{admission, Admission, Version};
 
 /// The oldest cluster version adopted: learners came with 3.4.
 pub const ADOPT_FLOOR: Version = Version::new(3, 4, 0);
@@ -70,6 +72,24 @@ fn unfit(ctx: &Context) -> Option<String> {
     if let Some(m) = view.members.iter().find(|m| !m.is_started()) {
         return Some(format!("member {:x} was added but never started", m.id.0));
     }
+    let mut names: Vec<&str> = view.members.iter().map(|m| m.name.as_str()).collect();
+    names.sort_unstable();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Some(format!(
+            "two members are named {:?}: names must be unique",
+            w[0]
+        ));
+    }
+    if let Some(e) = ctx
+        .settings
+        .adopt
+        .iter()
+        .find(|e| !view.members.iter().any(|m| m.client_urls.contains(e)))
+    {
+        return Some(format!(
+            "ADOPT_ENDPOINTS names {e}, which no member of the cluster that answers advertises: name the members' own client URLs"
+        ));
+    }
     if let Some(m) = view.members.iter().find(|m| !ctx.healthy(m)) {
         return Some(format!(
             "member {} ({:x}) does not answer: every member must be healthy",
@@ -103,45 +123,78 @@ fn unfit(ctx: &Context) -> Option<String> {
             m.name, m.peer_urls
         ));
     }
-    match view.cluster_version {
-        Some(v) if v >= ADOPT_FLOOR => None,
-        Some(v) => Some(format!(
-            "the cluster version {v} is below {ADOPT_FLOOR}: etcd has no learners before it"
-        )),
-        None => Some("the cluster does not say its version".into()),
-    }
+    let cluster = match view.cluster_version {
+        Some(v) if v >= ADOPT_FLOOR => v,
+        Some(v) => {
+            return Some(format!(
+                "the cluster version {v} is below {ADOPT_FLOOR}: etcd has no learners before it"
+            ))
+        }
+        None => return Some("the cluster does not say its version".into()),
+    };
+    joiners_refused(ctx, cluster)
 }
 
-/// Whether the adopted members may leave: the group's instances have taken over, every one it
-/// wants a started voter (as many as the desired capacity) and no learner is joining.
-pub fn taken_over(ctx: &Context) -> bool {
+/// The group's etcd must be one the cluster lets join (the version gate's own rule); else the
+/// adoption would be recorded and every launch then refused.
+fn joiners_refused(ctx: &Context, cluster: Version) -> Option<String> {
+    let versions: Vec<(String, Option<Version>)> = ctx
+        .view
+        .members
+        .iter()
+        .map(|m| {
+            let v = ctx.view.statuses.get(&m.id).and_then(|s| s.etcd_version());
+            (m.name.clone(), v)
+        })
+        .collect();
+    ctx.obs
+        .instances
+        .iter()
+        .filter(|i| i.state.is_launching())
+        .filter_map(|i| i.etcd_version)
+        .find_map(|joiner| match admission(joiner, cluster, &versions) {
+            Admission::Refuse(why) => Some(format!("the stack's etcd can never join: {why}")),
+            _ => None,
+        })
+}
+
+/// Whether an adopted member may leave now: no learner is joining, every voter of the group's
+/// instances answers, at least one of them can take the lead, and either the voters are more
+/// than the group's desired capacity (one joined in its place) or every instance the group
+/// wants is a voter already (the last ones go).
+pub fn may_leave(ctx: &Context) -> bool {
     let wanted: Vec<_> = ctx
         .obs
         .instances
         .iter()
         .filter(|i| i.state.wants_membership() && i.state != LifecycleState::TerminatingWait)
         .collect();
-    let joined = wanted
+    let ours: Vec<&crate::model::Member> = wanted
         .iter()
-        .filter(|i| {
-            ctx.member_of(i)
-                .is_some_and(|m| !m.is_learner && m.is_started())
-        })
-        .count();
+        .filter_map(|i| ctx.member_of(i))
+        .filter(|m| !m.is_learner && m.is_started())
+        .collect();
+    let joined = ours.len();
+    let all_answer = ours.iter().all(|m| ctx.healthy(m));
     ctx.view.learners().next().is_none()
-        && joined == wanted.len()
-        && joined >= ctx.obs.desired_capacity.max(1) as usize
+        && joined > 0
+        && all_answer
+        && (ctx.view.voters().count() > ctx.obs.desired_capacity.max(1) as usize
+            || joined == wanted.len())
 }
 
-/// Whether `member` is one of the adopted members still held until the group has taken over.
-pub fn held(ctx: &Context, member: crate::model::MemberId) -> bool {
+/// Whether `member` is one of the adopted members, alive and held until it may leave. A dead
+/// one is not held: removing a dead voter never lowers the failures the cluster tolerates (one
+/// its peers still see connected is alive: the function alone cannot reach it).
+pub fn held(ctx: &Context, member: &crate::model::Member) -> bool {
     ctx.obs
         .published
         .cluster
         .as_ref()
         .and_then(|r| r.adopting.as_ref())
-        .is_some_and(|a| a.members.contains(&member.0))
-        && !taken_over(ctx)
+        .is_some_and(|a| a.members.contains(&member.id.0))
+        && (ctx.healthy(member) || ctx.view.peer_connected.contains(&member.id))
+        && !may_leave(ctx)
 }
 
 /// While an adoption is under way and nobody answers: an adopted cluster's members are outside

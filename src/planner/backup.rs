@@ -279,21 +279,23 @@ fn wake(obs: &Observation, settings: &Settings, record: &ClusterRecord, backup: 
 }
 
 /// A new stack's first generation (no cluster record, `seed` the oldest launching instance):
-/// an empty cluster, or with a restore request (`etcd-asg restore`, a backup copied in from
-/// another stack, or this stack's own after its record was deleted) restored from exactly the
-/// backup it names, whatever RECOVERY says: the operator asked. A request it cannot carry out
-/// yet is a wait, never an empty cluster in its place.
+/// an empty cluster; or with START_FROM=backup, exactly the backup the restore request names
+/// (`etcd-asg restore`, a backup copied in from another stack), whatever RECOVERY says, and
+/// nothing until there is one. A request it cannot carry out yet is a wait, never an empty
+/// cluster in its place. With START_FROM=empty a request is not read here: one left over by a
+/// deleted stack of the same name must not restore old data into a new one (it is older than
+/// the generation then created, so no later loss uses it either).
 pub fn first_generation(obs: &Observation, settings: &Settings, seed: &Instance) -> Step {
     let token = format!("{}-{}", settings.cluster_name, seed.id);
-    let Some(request) = obs.published.restore_request.as_deref() else {
-        if settings.start_from_backup {
-            return Step::Wait(Wait::AwaitFirstRestore);
-        }
+    if !settings.start_from_backup {
         return Step::CreateCluster(ClusterRecord::bootstrapping(
             token,
             seed.id.clone(),
             obs.now,
         ));
+    }
+    let Some(request) = obs.published.restore_request.as_deref() else {
+        return Step::Wait(Wait::AwaitFirstRestore);
     };
     let unusable = |why: String| {
         Step::Wait(Wait::RestoreRequestUnusable {

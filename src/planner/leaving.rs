@@ -100,7 +100,7 @@ fn departed<'a>(ctx: &Context<'a>) -> Vec<Leaving<'a>> {
         .into_iter()
         .filter_map(|m| {
             // An adopted member stays until the group's instances have taken over.
-            if super::adopt::held(ctx, m.id) {
+            if super::adopt::held(ctx, m) {
                 return None;
             }
             let instance = ctx.instance_of(m);

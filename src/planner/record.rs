@@ -90,9 +90,13 @@ pub fn bootstrap(obs: &Observation, settings: &Settings, detail: &str) -> Plan {
     let Some(record) = &obs.published.cluster else {
         // A cluster to adopt that does not answer is never replaced by a new, empty one.
         if !settings.adopt.is_empty() {
-            return Plan::waiting(Wait::AdoptionRefused {
-                why: format!("the cluster at ADOPT_ENDPOINTS does not answer ({detail})"),
-            });
+            // etcd 3.6 refuses even the member list without a user once authentication is on.
+            let why = if detail.contains("UserEmpty") {
+                format!("authentication is on: adopting with credentials is not supported yet ({detail})")
+            } else {
+                format!("the cluster at ADOPT_ENDPOINTS does not answer ({detail})")
+            };
+            return Plan::waiting(Wait::AdoptionRefused { why });
         }
         // No record and nobody answering: a brand-new cluster (empty, or restored from the
         // backup an operator asked for). The create-only write decides. Only a launching

@@ -2431,17 +2431,19 @@ fn a_new_stack_with_a_restore_request_starts_from_exactly_that_backup_or_not_at_
     };
     let g = |request: Option<&str>| {
         let mut g = with_backups(given(vec![inst(2, PendingWait), inst(3, PendingWait)]));
+        g.settings.as_mut().unwrap().start_from_backup = true;
         g.obs.backups = vec![copied.clone(), backup_at(7)];
         g.obs.published.restore_request = request.map(str::to_string);
         // Written long ago: a new stack has no generation the request could be stale for.
         g.obs.published.restore_request_at = Some(1);
         g
     };
-    // No request: an empty cluster, as always; with START_FROM=backup, never: held for one.
-    assert!(matches!(g(None).plan(), Step::CreateCluster(r) if r.restored_from.is_none()));
-    let mut held = g(None);
-    held.settings.as_mut().unwrap().start_from_backup = true;
-    assert_eq!(held.plan(), Step::Wait(Wait::AwaitFirstRestore));
+    // START_FROM=backup and no request: never an empty cluster; held for one.
+    assert_eq!(g(None).plan(), Step::Wait(Wait::AwaitFirstRestore));
+    // START_FROM=empty: an empty cluster, a request (one left over) or not.
+    let mut empty = g(Some(&copied.key));
+    empty.settings.as_mut().unwrap().start_from_backup = false;
+    assert!(matches!(empty.plan(), Step::CreateCluster(r) if r.restored_from.is_none()));
     // The named backup (RECOVERY is auto here, but not what decides), seeded by the oldest
     // launching instance, its lineage the copied generation's.
     match g(Some(&copied.key)).plan() {
@@ -2481,7 +2483,7 @@ fn a_new_stack_with_a_restore_request_starts_from_exactly_that_backup_or_not_at_
     failing.obs.backups_failing = Some("AccessDenied".into());
     unusable(failing, "backup store fails");
     let mut off = g(Some(&copied.key));
-    off.settings = None;
+    off.settings.as_mut().unwrap().backup = None;
     unusable(off, "backups are off");
     let mut old_seed = g(Some(&copied.key));
     for i in &mut old_seed.obs.instances {
@@ -2583,9 +2585,9 @@ fn a_fit_cluster_is_adopted_as_it_is_and_an_unfit_one_changes_nothing() {
 }
 
 #[test]
-fn adopted_members_leave_only_once_the_group_has_taken_over_the_leader_handing_over_first() {
+fn adopted_members_leave_one_per_member_of_the_group_joined_the_leader_handing_over_first() {
     let record = |g: Given| {
-        let mut g = g.record(1);
+        let mut g = adopting(g).record(1);
         let r = g.obs.published.cluster.as_mut().unwrap();
         r.seed = "old-1".into();
         r.adopting = Some(Adopting {
@@ -2594,61 +2596,68 @@ fn adopted_members_leave_only_once_the_group_has_taken_over_the_leader_handing_o
         });
         g
     };
-    // The group's instances join first: a learner is added while every adopted member stays.
-    let joining = record(adopting(
-        given((1..=3).map(|n| inst(n, PendingWait)).collect())
-            .members((1..=3).map(adopted).collect()),
-    ));
+    let group = |in_service: u8| {
+        (1..=3)
+            .map(|n| {
+                inst(
+                    n,
+                    if n <= in_service {
+                        InService
+                    } else {
+                        PendingWait
+                    },
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let with = |extra: Vec<Member>| (1..=3).map(adopted).chain(extra).collect::<Vec<_>>();
+    // The group's first instance joins while every adopted member stays.
+    let joining = record(given(group(0)).members(with(vec![])));
     assert!(
         matches!(joining.plan(), Step::AddLearner { ref instance, .. } if *instance == i(1)),
         "{:?}",
         joining.plan()
     );
-    // Two of three joined: still nobody leaves.
-    let mut members: Vec<Member> = (1..=3).map(adopted).collect();
-    members.extend([voter(1), voter(2)]);
-    let partly = record(adopting(
-        given((1..=3).map(|n| inst(n, PendingWait)).collect()).members(members.clone()),
-    ));
+    let learning = record(given(group(0)).members(with(vec![learner(1)])));
     assert!(
-        !matches!(
-            partly.plan(),
-            Step::RemoveMember { .. } | Step::TransferLeadership { .. }
-        ),
+        matches!(learning.plan(), Step::Promote { .. }),
         "{:?}",
-        partly.plan()
+        learning.plan()
     );
-    // All three voters: the adopted leader hands over to a member of the group, then the adopted
-    // members go one at a time.
-    members.push(voter(3));
-    let over = record(adopting(
-        given((1..=3).map(|n| inst(n, InService)).collect()).members(members.clone()),
-    ));
+    // One joined: four voters, one past the size; an adopted one leaves, the adopted leader
+    // handing over to the member of the group first.
+    let one = || record(given(group(1)).members(with(vec![voter(1)])));
     assert_eq!(
-        over.plan(),
+        one().plan(),
         Step::TransferLeadership {
             from: MemberId(201),
             to: id(1),
             leader_endpoint: "http://10.1.0.1:2379".into()
         }
     );
-    let led = over.leader(1);
     assert!(
         matches!(
-            led.plan(),
+            one().leader(1).plan(),
             Step::RemoveMember {
                 member: MemberId(201),
                 ..
             }
         ),
         "{:?}",
-        led.plan()
+        one().leader(1).plan()
+    );
+    // Not while the member of the group does not answer.
+    let down = one().unhealthy(1);
+    assert!(
+        !matches!(
+            down.plan(),
+            Step::RemoveMember { .. } | Step::TransferLeadership { .. }
+        ),
+        "{:?}",
+        down.plan()
     );
     // None left: the record says the adoption is over.
-    let done = record(adopting(
-        given((1..=3).map(|n| inst(n, InService)).collect()).members((1..=3).map(voter).collect()),
-    ))
-    .leader(1);
+    let done = record(given(group(3)).members((1..=3).map(voter).collect())).leader(1);
     match done.plan() {
         Step::MarkServed(r) => assert_eq!((r.adopting, r.cluster_id), (None, Some(7))),
         other => panic!("{other:?}"),
@@ -2678,5 +2687,73 @@ fn nothing_is_restored_over_an_adoption_under_way() {
         matches!(blip.plan(), Step::Restore { .. }),
         "{:?}",
         blip.plan()
+    );
+}
+
+#[test]
+fn an_adoption_is_refused_for_twin_names_a_stranger_endpoint_and_an_etcd_that_cannot_join() {
+    let group = || (1..=3).map(|n| inst(n, PendingWait)).collect::<Vec<_>>();
+    let g = || adopting(given(group()).members((1..=3).map(adopted).collect()));
+    let refused = |g: Given, says: &str| match g.plan() {
+        Step::Wait(Wait::AdoptionRefused { why }) => assert!(why.contains(says), "{says}: {why}"),
+        other => panic!("{says}: {other:?}"),
+    };
+    let twins = adopting(given(group()).members(vec![
+        adopted(1),
+        Member {
+            name: "old-1".into(),
+            ..adopted(2)
+        },
+    ]));
+    refused(twins, "two members are named");
+    let mut elsewhere = g();
+    elsewhere.settings.as_mut().unwrap().adopt = vec!["http://10.9.9.9:2379".into()];
+    refused(
+        elsewhere,
+        "which no member of the cluster that answers advertises",
+    );
+    let mut ahead = g();
+    for i in &mut ahead.obs.instances {
+        i.etcd_version = Some(Version::new(3, 8, 0));
+    }
+    refused(ahead, "can never join");
+}
+
+#[test]
+fn a_dead_adopted_member_is_removed_at_once_and_one_its_peers_see_stays() {
+    let record = |g: Given| {
+        let mut g = adopting(g).record(1);
+        let r = g.obs.published.cluster.as_mut().unwrap();
+        r.adopting = Some(Adopting {
+            members: vec![201, 202, 203],
+            since: 1,
+        });
+        g
+    };
+    let group = |_: u8| (1..=3).map(|n| inst(n, PendingWait)).collect::<Vec<_>>();
+    let with = |extra: Vec<Member>| (1..=3).map(adopted).chain(extra).collect::<Vec<_>>();
+    // A dead adopted member goes at once; one its peers still see connected is alive and stays.
+    let mut dead = record(given(group(0)).members(with(vec![])));
+    if let ClusterState::Known(v) = &mut dead.obs.cluster {
+        v.healthy.remove(&MemberId(202));
+    }
+    assert!(
+        matches!(
+            dead.plan(),
+            Step::RemoveMember {
+                member: MemberId(202),
+                ..
+            }
+        ),
+        "{:?}",
+        dead.plan()
+    );
+    if let ClusterState::Known(v) = &mut dead.obs.cluster {
+        v.peer_connected.insert(MemberId(202));
+    }
+    assert!(
+        !matches!(dead.plan(), Step::RemoveMember { .. }),
+        "{:?}",
+        dead.plan()
     );
 }

@@ -1448,10 +1448,14 @@ async fn a_new_stack_asked_to_restore_a_copied_backup_starts_from_it_once_and_re
     for n in 1..=3 {
         world.launch(n);
     }
-    // RECOVERY is manual and no loss ever happened: the request alone decides.
+    // START_FROM=backup, RECOVERY manual, and no loss ever happened: the request alone decides.
     let r = reconciler_with(
         &world,
-        &[("BACKUP_BUCKET", "backups"), ("RECOVERY", "manual")],
+        &[
+            ("BACKUP_BUCKET", "backups"),
+            ("RECOVERY", "manual"),
+            ("START_FROM", "backup"),
+        ],
     );
     converge_with(&r, &world).await;
     let w = world.world();

@@ -44,6 +44,21 @@ function say(obj) {
 
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
 
+// A read an application must get, tried again for up to 30 s as one would: right after the
+// cluster changed, the library's circuit breaker can be open for a few seconds
+// ("Execution prevented because the circuit breaker is open") before it lets a call through.
+async function insist(read) {
+  const deadline = Date.now() + 30000;
+  for (;;) {
+    try {
+      return await read();
+    } catch (err) {
+      if (Date.now() > deadline) throw err;
+      await sleep(500);
+    }
+  }
+}
+
 function connect(o) {
   const file = name => fs.readFileSync(path.join(o.certs, name));
   return new Etcd3({
@@ -131,8 +146,8 @@ async function workload(o) {
   for (let i = 0; i < 200 && events.filter(([k]) => want.has(k)).length < want.size; i += 1) {
     await sleep(100);
   }
-  const alive = await ns.get('alive').string();
-  const expiring = await ns.get('expiring').string();
+  const alive = await insist(() => ns.get('alive').string());
+  const expiring = await insist(() => ns.get('expiring').string());
   say({
     summary: {
       acked, uncertain, events, watchErrors, reconnects, readMismatch, failures, lastError,

@@ -177,6 +177,9 @@ impl EtcdMembers {
         };
         let auth_enabled = match self.root.get() {
             Some(_) => self.auth_enabled(endpoint).await?,
+            // Without root tokens, asked only of a cluster that is not ours yet (no record: one
+            // to adopt), which an adoption must refuse if it demands a user.
+            None if cluster.is_none() => self.auth_enabled(endpoint).await?,
             None => false,
         };
         let cluster_version = self.cluster_version(endpoint).await;
