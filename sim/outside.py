@@ -15,7 +15,8 @@ import time
 from sim import etcd, procs
 
 
-def _free(address: str) -> bool:
+def free(address: str) -> bool:
+    """Whether etcd's two ports are free on `address`."""
     for port in (2379, 2380):
         with socket.socket() as s:
             try:
@@ -34,7 +35,7 @@ class OutsideCluster:
         for _ in range(50):
             net = f"127.{random.randint(150, 250)}.{random.randint(1, 250)}"
             self.addresses = [f"{net}.{k}" for k in range(200, 200 + n)]
-            if all(_free(a) for a in self.addresses):
+            if all(free(a) for a in self.addresses):
                 break
         self.initial = ",".join(f"old-{k}=http://{a}:2380" for k, a in enumerate(self.addresses, 1))
         self.token = f"outside-{os.getpid()}-{random.randint(0, 1 << 30)}"

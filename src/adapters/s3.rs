@@ -347,16 +347,7 @@ impl Backups for S3Backups {
             taken_at: facts.taken_at,
             copied_from: None,
         };
-        let body = serde_json::to_vec(&manifest).expect("a manifest serializes");
-        self.s3
-            .put_object()
-            .bucket(&self.bucket)
-            .key(format!("{key}.json"))
-            .content_type("application/json")
-            .body(ByteStream::from(body))
-            .send()
-            .await
-            .map_err(|e| aws("PutObject")(e.into()))?;
+        self.put_manifest(&key, &manifest).await?;
         let backup = Backup {
             key,
             token: facts.token.clone(),
@@ -539,17 +530,23 @@ impl S3Backups {
             copied_from: Some(source.to_string()),
             ..source_manifest
         };
-        let body = serde_json::to_vec(&copy).expect("a manifest serializes");
+        self.put_manifest(&target, &copy).await?;
+        Ok(Backup { size, ..template })
+    }
+
+    /// The manifest of the backup `key`, written after its snapshot: from then on it is complete.
+    async fn put_manifest(&self, key: &str, manifest: &Manifest) -> Result<(), Error> {
+        let body = serde_json::to_vec(manifest).expect("a manifest serializes");
         self.s3
             .put_object()
             .bucket(&self.bucket)
-            .key(format!("{target}.json"))
+            .key(format!("{key}.json"))
             .content_type("application/json")
             .body(ByteStream::from(body))
             .send()
             .await
             .map_err(|e| aws("PutObject")(e.into()))?;
-        Ok(Backup { size, ..template })
+        Ok(())
     }
 }
 

@@ -6,7 +6,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -14,17 +13,8 @@ import time
 import pytest
 
 from sim import etcd, history, procs
+from sim.outside import free
 from sim.world import NFT
-
-
-def _free(address: str) -> bool:
-    for port in (2379, 2380):
-        with socket.socket() as s:
-            try:
-                s.bind((address, port))
-            except OSError:
-                return False
-    return True
 
 
 class Cluster:
@@ -38,7 +28,7 @@ class Cluster:
         for _ in range(50):
             net = f"127.{random.randint(150, 250)}.{random.randint(1, 250)}"
             self.addresses = [f"{net}.{n}" for n in (1, 2, 3)]
-            if all(_free(a) for a in self.addresses):
+            if all(free(a) for a in self.addresses):
                 break
         self.table = f"histctl_{self.addresses[0].replace('.', '_')}"
         initial = ",".join(f"m{n}=http://{a}:2380" for n, a in enumerate(self.addresses, 1))
