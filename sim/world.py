@@ -847,14 +847,16 @@ class Simulation:
         fmt = "  ".join(f"{{:<{w}}}" for w in widths)
         return "\n".join(["  " + fmt.format(*head)] + ["  " + fmt.format(*r) for r in rows])
 
-    def start_writer(self, history_through_restore: bool = False):
-        """The writer, and a client history recorded alongside (unless SIM_HISTORY=0): checked
-        when the writer stops, or, `history_through_restore`, when the test says which restores
-        it went through (`verify_history`)."""
+    def start_writer(self, history_through_restore: bool = False, history: bool = True):
+        """The writer, and a client history recorded alongside (unless SIM_HISTORY=0, or
+        `history` is False: the test starts it later with `start_history`): checked when the
+        writer stops, or, `history_through_restore`, when the test says which restores it went
+        through (`verify_history`)."""
         if self.writer and not self.writer.is_alive():
             self.writer.start()
         self.history_through_restore = history_through_restore
-        self.start_history()
+        if history:
+            self.start_history()
 
     def start_history(self):
         """The Go recorder (tests/history) through the load balancer, as an application: eight
