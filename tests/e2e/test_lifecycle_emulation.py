@@ -32,13 +32,16 @@ def test_a_held_instance_gets_the_hooks_default_result_when_its_heartbeat_times_
     states = asg.describe_auto_scaling_groups(AutoScalingGroupNames=["g"])["AutoScalingGroups"][0]["Instances"]
     assert first["InstanceId"] not in [i["InstanceId"] for i in states]
     assert [i["LifecycleState"] for i in states] == ["Pending:Wait"]
+    # (On a loaded machine the replacement's own 2 s can lapse before these are read: each
+    # feed is asserted up to the first instance's end and the replacement's launch.)
     terminated = json.loads(urllib.request.urlopen(f"{moto}/_sim/terminated").read())
-    assert terminated == [first["InstanceId"]]
+    assert terminated[:1] == [first["InstanceId"]] and states[0]["InstanceId"] not in terminated[:1], terminated
     lapsed = json.loads(urllib.request.urlopen(f"{moto}/_sim/lapsed").read())
-    assert lapsed == [{"InstanceId": first["InstanceId"], "Hook": "launch", "Result": "ABANDON", "Global": False}]
+    assert lapsed[:1] == [{"InstanceId": first["InstanceId"], "Hook": "launch", "Result": "ABANDON", "Global": False}]
     events = json.loads(urllib.request.urlopen(f"{moto}/_sim/events").read())
     launches = [e["detail"]["EC2InstanceId"] for e in events if "EC2InstanceId" in e["detail"]]
-    assert launches == [first["InstanceId"], states[0]["InstanceId"]], "one event per held instance"
+    assert launches[:2] == [first["InstanceId"], states[0]["InstanceId"]], "one event per held instance"
+    assert len(set(launches)) == len(launches), "one event per held instance"
     try:
         asg.complete_lifecycle_action(AutoScalingGroupName="g", LifecycleHookName="launch",
                                       InstanceId=first["InstanceId"], LifecycleActionResult="CONTINUE")
