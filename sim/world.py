@@ -240,8 +240,12 @@ class Simulation:
                  hooks: tuple[str, str] = ("etcd-launch", "etcd-terminate"), etcd_bin: str | None = None,
                  backups: bool = False, tls: bool | None = None, hook_timeout: int = 120,
                  deployment: Deployment | None = None, warm_aws: bool = False, zones: int = 3,
-                 s3_of: "Simulation | None" = None):
+                 s3_of: "Simulation | None" = None, before_function=None):
         self.deployment = deployment
+        # Called with this simulation once its group and AWS exist, before the function starts:
+        # what an operator does between deploying and the first invocation (`etcd-asg
+        # adopt-secrets` for an adoption over TLS).
+        self.before_function = before_function
         # Another simulation whose S3 this one uses (`AWS_ENDPOINT_URL_S3`, which the SDKs and
         # the AWS CLI read before AWS_ENDPOINT_URL): two stacks of one account and Region, each
         # with its own bucket; everything else stays this simulation's own.
@@ -377,6 +381,8 @@ class Simulation:
         self._start_balancer()
         if self.warm_aws:
             self.warm_aws_proc, self.aws_bin = warm_aws.start(self.workdir)
+        if self.before_function:
+            self.before_function(self)
         self.function.start()
         if self.tls:
             # A root certificate from the CLI (for etcdctl, which speaks gRPC), and the simulation's

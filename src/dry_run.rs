@@ -10,7 +10,7 @@ use crate::model::{
     ActionResult, Alarm, Backup, BackupListing, BackupRef, ClusterRecord, ClusterState, GroupState,
     MemberConfig, MemberId, PublishedState, SnapshotFacts, Timestamp, Transition,
 };
-use crate::pki::{Ca, KeyPem};
+use crate::pki::{Ca, KeyPem, Password};
 use crate::ports::{
     Backups, Compacted, Completion, Created, Group, Hook, Lifecycle, Members, PrefixGrant,
     PublishedConfig, Secrets, Snapshot,
@@ -228,6 +228,15 @@ impl<P: Secrets> Secrets for DryRun<P> {
         Ok(Created::Created)
     }
 
+    async fn load_root_password(&self) -> Result<Option<Password>, Error> {
+        self.inner.load_root_password().await
+    }
+
+    async fn put_root_password(&self, _password: &Password) -> Result<(), Error> {
+        self.refuse("store the adopted cluster's root password".into());
+        Ok(())
+    }
+
     async fn hand_out(
         &self,
         instance: &str,
@@ -288,6 +297,10 @@ impl<B: Backups> Backups for DryRun<B> {
 impl<M: Members> Members for DryRun<M> {
     fn identify(&self, ca: &Ca) -> Result<(), Error> {
         self.inner.identify(ca)
+    }
+
+    fn use_root_password(&self, password: Password) {
+        self.inner.use_root_password(password)
     }
 
     async fn observe(&self, endpoints: &[String], cluster: Option<u64>) -> ClusterState {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Refusal};
 use crate::model::*;
-use crate::pki::{Ca, KeyPem};
+use crate::pki::{Ca, KeyPem, Password};
 use crate::ports::*;
 
 /// The instances' ARNs, less their id.
@@ -60,10 +60,12 @@ pub struct World {
     pub compacted: i64,
     /// etcd's authentication, and the prefixes granted to users.
     pub auth_enabled: bool,
+    pub root_refused: Option<String>,
     pub grants: Vec<PrefixGrant>,
     /// The CA and each instance's TLS bundle (Secrets).
     pub ca: Option<crate::pki::Ca>,
     pub token_key: Option<KeyPem>,
+    pub root_password: Option<Password>,
     pub tls: BTreeMap<String, crate::pki::KeyPem>,
     pub cert_not_after: BTreeMap<String, Timestamp>,
     pub issuing: BTreeSet<String>,
@@ -586,6 +588,15 @@ impl Secrets for Fake {
         Ok(Created::Created)
     }
 
+    async fn load_root_password(&self) -> Result<Option<Password>, Error> {
+        Ok(self.world().root_password.clone())
+    }
+
+    async fn put_root_password(&self, password: &Password) -> Result<(), Error> {
+        self.world().root_password = Some(password.clone());
+        Ok(())
+    }
+
     async fn hand_out(
         &self,
         instance: &str,
@@ -821,6 +832,7 @@ impl Members for Fake {
                 history_compacted: w.compacted > 0
                     && w.compacted >= w.db.values().map(|s| s.revision).max().unwrap_or(0),
                 auth_enabled: w.auth_enabled,
+                root_refused: w.root_refused.clone(),
                 cluster_version: Some(crate::model::Version::new(3, 6, 0)),
                 peer_connected: w
                     .members
@@ -860,6 +872,8 @@ impl Members for Fake {
     fn identify(&self, _ca: &Ca) -> Result<(), Error> {
         Ok(())
     }
+
+    fn use_root_password(&self, _password: Password) {}
 
     async fn add_learner(&self, _endpoint: &str, peer_url: &str) -> Result<MemberId, Error> {
         let mut w = self.world();

@@ -242,6 +242,9 @@ pub struct ClusterView {
     /// Whether etcd's authentication is on (asked only when the function holds root tokens,
     /// TLS=managed; false otherwise).
     pub auth_enabled: bool,
+    /// A cluster not this stack's yet (one to adopt) whose authentication is on, and the
+    /// function cannot act as its `root` there: why (etcd's refusal). None otherwise.
+    pub root_refused: Option<String>,
     /// The cluster version (`etcdcluster` of the answering member's `/version`): the lowest
     /// minor every member runs, raised by the leader. None: not decided yet, or unreadable.
     pub cluster_version: Option<Version>,

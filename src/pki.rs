@@ -10,7 +10,7 @@ use std::net::IpAddr;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType, PKCS_ECDSA_P256_SHA256,
+    Issuer, KeyPair, KeyUsagePurpose, PublicKeyData, SanType, PKCS_ECDSA_P256_SHA256,
 };
 use serde::{Deserialize, Serialize};
 
@@ -76,6 +76,11 @@ impl Password {
 
     pub fn expose(&self) -> &str {
         &self.0
+    }
+
+    /// A password someone else chose (an adopted cluster's `root`'s), read from a secret.
+    pub fn given(password: String) -> Password {
+        Password(password)
     }
 }
 
@@ -187,11 +192,74 @@ impl Ca {
         Ok(p)
     }
 
-    /// The issuer: the kept key and the CA's subject (all a signature needs of the CA).
+    /// An adopted cluster's CA (docs/adopting.md): its certificate and key as the operator has
+    /// them, so that the members this stack adds present certificates the old members trust,
+    /// and trust theirs. Refused, naming what is wrong: not PEM, not a CA, expired at `now`, a
+    /// key that is not PKCS#8 or not the certificate's. Nothing of the key reaches an error.
+    pub fn import(cert_pem: &str, key_pem: KeyPem, now: Timestamp) -> Result<Ca, Error> {
+        let bad = |detail: String| Error::Pki {
+            what: "importing the cluster's CA",
+            detail,
+        };
+        if cert_pem.matches("-----BEGIN CERTIFICATE-----").count() != 1 {
+            return Err(bad(
+                "give the CA's certificate alone: one PEM CERTIFICATE block".into(),
+            ));
+        }
+        let (_, pem) = x509_parser::pem::parse_x509_pem(cert_pem.as_bytes())
+            .map_err(|e| bad(format!("the certificate is not PEM: {e}")))?;
+        let cert = pem
+            .parse_x509()
+            .map_err(|e| bad(format!("the certificate cannot be read: {e}")))?;
+        let is_ca = cert
+            .basic_constraints()
+            .ok()
+            .flatten()
+            .is_some_and(|b| b.value.ca);
+        if !is_ca {
+            return Err(bad(format!(
+                "{} is not a CA certificate (no basicConstraints CA:TRUE)",
+                cert.subject()
+            )));
+        }
+        let not_after = cert.validity().not_after.timestamp();
+        if not_after <= now {
+            return Err(bad(format!("{} has expired", cert.subject())));
+        }
+        let key = KeyPair::from_pem(key_pem.expose()).map_err(|_| {
+            bad(
+                "the key is not a PKCS#8 PEM key of ECDSA P-256/P-384, Ed25519 or RSA \
+                 (convert one: openssl pkcs8 -topk8 -nocrypt -in ca.key)"
+                    .into(),
+            )
+        })?;
+        if key.subject_public_key_info() != cert.public_key().raw {
+            return Err(bad(format!(
+                "the key is not the key of {} (another certificate's?)",
+                cert.subject()
+            )));
+        }
+        let common_name = cert
+            .subject()
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok())
+            .map_or_else(|| cert.subject().to_string(), str::to_string);
+        Ok(Ca {
+            common_name,
+            cert_pem: format!("{}\n", cert_pem.trim()),
+            key_pem,
+            not_after,
+            token_key: None,
+        })
+    }
+
+    /// The issuer: the kept key, and the CA's certificate for its subject and key identifier
+    /// (an adopted CA's subject is whatever its owner made it; issued certificates must name it
+    /// exactly).
     fn issuer(&self) -> Result<Issuer<'static, KeyPair>, Error> {
         let key = KeyPair::from_pem(self.key_pem.expose()).map_err(pki("reading the CA key"))?;
-        let p = Self::params(&self.common_name, 0, self.not_after)?;
-        Ok(Issuer::new(p, key))
+        Issuer::from_ca_cert_pem(&self.cert_pem, key).map_err(pki("reading the CA certificate"))
     }
 
     fn sign(&self, mut p: CertificateParams, now: Timestamp) -> Result<Issued, Error> {
@@ -255,7 +323,17 @@ impl Ca {
         if let Some(token_key) = &self.token_key {
             keys.push(der(token_key, "reading the token key")?);
         }
-        keys.push(der(&self.key_pem, "reading the CA key")?);
+        // An adopted CA's key may be of another kind: no member ever verified tokens with it.
+        let ca_key = KeyPair::from_pem(self.key_pem.expose()).map_err(pki("reading the CA key"))?;
+        if ca_key.algorithm() == &PKCS_ECDSA_P256_SHA256 {
+            keys.push(der(&self.key_pem, "reading the CA key")?);
+        }
+        if keys.is_empty() {
+            return Err(Error::Pki {
+                what: "root tokens",
+                detail: "no token key, and the CA's key is not ECDSA P-256".into(),
+            });
+        }
         Ok(RootTokens { keys })
     }
 
@@ -386,6 +464,73 @@ mod tests {
     fn parse(pem: &str) -> Vec<u8> {
         let (_, p) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
         p.contents
+    }
+
+    /// A CA as a team's tooling makes one: a subject of several parts, another key type.
+    fn foreign_ca(alg: &'static rcgen::SignatureAlgorithm, ca: bool) -> (String, KeyPem) {
+        let key = KeyPair::generate_for(alg).unwrap();
+        let mut p = params("outside etcd CA", NOW - 86_400, NOW + 365 * 86_400).unwrap();
+        p.distinguished_name
+            .push(DnType::OrganizationName, "Outside Team");
+        p.distinguished_name
+            .push(DnType::OrganizationalUnitName, "platform");
+        if ca {
+            p.is_ca = IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            p.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+        }
+        let cert = p.self_signed(&key).unwrap();
+        (cert.pem(), KeyPem(key.serialize_pem()))
+    }
+
+    #[test]
+    fn an_adopted_ca_issues_certificates_naming_it_exactly_and_a_bad_one_is_refused() {
+        for alg in [
+            &rcgen::PKCS_ECDSA_P256_SHA256,
+            &rcgen::PKCS_ECDSA_P384_SHA384,
+        ] {
+            let (cert, key) = foreign_ca(alg, true);
+            let ca = Ca::import(&cert, key, NOW).unwrap();
+            assert_eq!(ca.common_name, "outside etcd CA");
+            let m = ca
+                .issue_member("i-0abc", "10.0.1.7", &[], 86_400, NOW)
+                .unwrap();
+            let (ca_der, der) = (parse(&ca.cert_pem), parse(&m.cert_pem));
+            let (_, ca_x) = X509Certificate::from_der(&ca_der).unwrap();
+            let (_, x) = X509Certificate::from_der(&der).unwrap();
+            x.verify_signature(Some(ca_x.public_key())).unwrap();
+            assert_eq!(x.issuer(), ca_x.subject());
+            assert!(x.issuer().to_string().contains("O=Outside Team"));
+            // The function's tokens are signed with the token key alone where the CA's key is
+            // of another kind than members of old bundles verify.
+            let with_token_key = Ca {
+                token_key: Some(generate_token_key().unwrap()),
+                ..ca.clone()
+            };
+            let signers = with_token_key.root_tokens().unwrap().signers();
+            assert_eq!(signers, if alg == &PKCS_ECDSA_P256_SHA256 { 2 } else { 1 });
+        }
+        let (cert, key) = foreign_ca(&PKCS_ECDSA_P256_SHA256, true);
+        let refused = |cert: &str, key: KeyPem, now, says: &str| {
+            let e = Ca::import(cert, key, now).unwrap_err().to_string();
+            assert!(e.contains(says), "{says}: {e}");
+            assert!(!e.contains("PRIVATE KEY"), "{e}");
+        };
+        let (leaf, leaf_key) = foreign_ca(&PKCS_ECDSA_P256_SHA256, false);
+        refused(&leaf, leaf_key, NOW, "is not a CA certificate");
+        refused(&cert, key.clone(), NOW + 400 * 86_400, "has expired");
+        let (_, other_key) = foreign_ca(&PKCS_ECDSA_P256_SHA256, true);
+        refused(&cert, other_key, NOW, "the key is not the key of");
+        let sec1 = KeyPem(
+            "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE\n-----END EC PRIVATE KEY-----\n".into(),
+        );
+        refused(&cert, sec1, NOW, "openssl pkcs8 -topk8");
+        refused(
+            &format!("{cert}{cert}"),
+            key.clone(),
+            NOW,
+            "one PEM CERTIFICATE block",
+        );
+        refused("not a certificate", key, NOW, "one PEM CERTIFICATE block");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::model::{
     ActionResult, Alarm, Backup, BackupListing, BackupRef, ClusterRecord, ClusterState, GroupState,
     MemberConfig, MemberId, PublishedState, SnapshotFacts, Timestamp, Transition,
 };
-use crate::pki::{Ca, KeyPem};
+use crate::pki::{Ca, KeyPem, Password};
 
 /// The group's instances with their lifecycle states and addresses.
 pub trait Group: Send + Sync {
@@ -150,6 +150,14 @@ pub trait Secrets: Send + Sync {
     /// Create-only, as the CA.
     fn create_token_key(&self, key: &KeyPem)
         -> impl Future<Output = Result<Created, Error>> + Send;
+    /// An adopted cluster's `root` password (docs/adopting.md), which the operator stores
+    /// (`etcd-asg adopt-secrets`) and only the function reads.
+    fn load_root_password(&self) -> impl Future<Output = Result<Option<Password>, Error>> + Send;
+    /// Stores it, over any password stored before.
+    fn put_root_password(
+        &self,
+        password: &Password,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
     /// The bundle, readable by `instance_arn`'s requests alone, then its certificate's end
     /// beside it (in plain: the planner rotates by it, and hands out only where it finds none).
     /// The end is written last: an end means its bundle is there, so a member's config is never
@@ -178,6 +186,10 @@ pub trait Members: Send + Sync {
     /// act as etcd's `root` through tokens of the cluster's keys. Once; later calls change
     /// nothing.
     fn identify(&self, ca: &Ca) -> Result<(), Error>;
+    /// An adopted cluster's `root` password: where a member refuses the function's own tokens
+    /// (a member of the adopted cluster), log in there as `root` with it. Another password
+    /// replaces it (and the logins made with it).
+    fn use_root_password(&self, password: Password);
     fn add_learner(
         &self,
         endpoint: &str,

@@ -194,16 +194,18 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         self.prepared
             .get_or_try_init(|| async {
                 self.check_hooks().await?;
-                self.refuse_warm_pool().await?;
-                self.identify().await
+                self.refuse_warm_pool().await
             })
-            .await
-            .map(drop)
+            .await?;
+        self.identify().await
     }
 
     /// TLS=managed: the cluster's CA and token key, read (or created), and the etcd client
-    /// presenting the function's certificate. What the CLI needs before it observes.
+    /// presenting the function's certificate; with ADOPT_ENDPOINTS, the adopted cluster's root
+    /// password where the operator stored one. What the CLI needs before it observes. Each
+    /// invocation: done once, it costs nothing.
     pub async fn identify(&self) -> Result<(), Error> {
+        self.adopted_root_password().await?;
         if self.config.pki.is_none() {
             return Ok(());
         }
@@ -211,11 +213,40 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             Some(ca) => ca,
             None => {
                 let name = &self.config.settings.cluster_name;
-                let ca = cluster_ca(&self.published, name, (self.clock)()).await?;
-                self.ca.get_or_init(|| ca)
+                // A cluster adopted over TLS: its own CA, imported by the operator (`etcd-asg
+                // adopt-secrets`); one of our own would be trusted by none of its members.
+                let adopt_tls = self
+                    .config
+                    .settings
+                    .adopt
+                    .iter()
+                    .any(|u| u.starts_with("https://"));
+                match cluster_ca(&self.published, name, (self.clock)(), !adopt_tls).await? {
+                    Some(ca) => self.ca.get_or_init(|| ca),
+                    None => {
+                        tracing::error!(
+                            "ADOPT_ENDPOINTS names a cluster with TLS, and its CA is not imported \
+                             yet: etcd-asg adopt-secrets --ca-cert FILE --ca-key FILE (docs/adopting.md)"
+                        );
+                        return Ok(());
+                    }
+                }
             }
         };
         self.members.identify(ca)
+    }
+
+    /// ADOPT_ENDPOINTS: the adopted cluster's root password, if the operator stored one, handed
+    /// to the etcd client. Read each invocation (one parameter): a password corrected by the
+    /// operator is used at once, by warm environments too.
+    async fn adopted_root_password(&self) -> Result<(), Error> {
+        if self.config.settings.adopt.is_empty() {
+            return Ok(());
+        }
+        if let Some(password) = self.published.load_root_password().await? {
+            self.members.use_root_password(password);
+        }
+        Ok(())
     }
 
     /// Warm pools are not supported: Auto Scaling stops an instance as soon as it launches into
@@ -635,12 +666,17 @@ fn report_holds(obs: &Observation, wait: &Wait) {
 }
 
 /// TLS=managed: the cluster's CA and its token key, each created (create-only) if there is none
-/// yet. The CA's remaining life is logged each time.
+/// yet; the CA only if `create` (None: there is none, and it is not ours to make). The CA's
+/// remaining life is logged each time.
 pub async fn cluster_ca(
     secrets: &impl Secrets,
     cluster: &str,
     now: Timestamp,
-) -> Result<crate::pki::Ca, Error> {
+    create: bool,
+) -> Result<Option<crate::pki::Ca>, Error> {
+    if !create && secrets.load_ca().await?.is_none() {
+        return Ok(None);
+    }
     let mut ca = load_or_create(
         "CA",
         async || secrets.load_ca().await,
@@ -667,7 +703,7 @@ pub async fn cluster_ca(
     } else {
         tracing::info!(days_left, not_after = ca.not_after, "cluster CA");
     }
-    Ok(ca)
+    Ok(Some(ca))
 }
 
 /// One of the cluster's secrets that exists once: read it, else create it (create-only); when

@@ -541,11 +541,13 @@ async fn the_ca_and_member_keys_are_kept_as_secure_strings_created_once() {
     let (store, ssm) = ssm_store(&moto, "/etcd-asg-lifecycle/pki").await;
     let now = 1_800_000_000;
     // The first cold start creates the CA; every later one (and a racing one) reads that one.
-    let ca = etcd_asg_lifecycle::reconciler::cluster_ca(&store, "pki", now)
+    let ca = etcd_asg_lifecycle::reconciler::cluster_ca(&store, "pki", now, true)
         .await
+        .unwrap()
         .unwrap();
-    let again = etcd_asg_lifecycle::reconciler::cluster_ca(&store, "pki", now + 5)
+    let again = etcd_asg_lifecycle::reconciler::cluster_ca(&store, "pki", now + 5, false)
         .await
+        .unwrap()
         .unwrap();
     assert_eq!(ca, again);
     let rival = etcd_asg_lifecycle::pki::Ca::generate("pki", now).unwrap();
@@ -584,6 +586,18 @@ async fn the_ca_and_member_keys_are_kept_as_secure_strings_created_once() {
     let (t, _) = kind(store.ca_name()).await;
     assert_eq!(t, aws_sdk_ssm::types::ParameterType::SecureString);
     let (t, _) = kind(store.token_key_name()).await;
+    assert_eq!(t, aws_sdk_ssm::types::ParameterType::SecureString);
+    // An adopted cluster's root password: a SecureString under pki/, stored again over itself.
+    assert_eq!(store.load_root_password().await.unwrap(), None);
+    for given in ["first", "second"] {
+        let password = etcd_asg_lifecycle::pki::Password::given(given.into());
+        store.put_root_password(&password).await.unwrap();
+        assert_eq!(store.load_root_password().await.unwrap(), Some(password));
+    }
+    assert!(store
+        .root_password_name()
+        .starts_with("/etcd-asg-lifecycle/pki/pki/"));
+    let (t, _) = kind(store.root_password_name()).await;
     assert_eq!(t, aws_sdk_ssm::types::ParameterType::SecureString);
 
     // A member's bundle: SecureString, tagged for its instance, deleted on removal. Handed out

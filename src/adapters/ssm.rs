@@ -10,7 +10,7 @@ use super::sdk::aws;
 use crate::error::Error;
 use crate::event::shown;
 use crate::model::{ClusterRecord, Decision, MemberConfig, Published, PublishedState, Timestamp};
-use crate::pki::{Ca, KeyPem};
+use crate::pki::{Ca, KeyPem, Password};
 use crate::ports::{self, Created};
 
 /// The tag on each member parameter that the instance policy compares with the requesting
@@ -159,6 +159,11 @@ impl SsmParameters {
 
     pub fn token_key_name(&self) -> String {
         format!("{}/pki/token-key", self.prefix)
+    }
+
+    /// An adopted cluster's `root` password: under `pki/`, which members' roles cannot read.
+    pub fn root_password_name(&self) -> String {
+        format!("{}/pki/adopted-root-password", self.prefix)
     }
 
     pub fn tls_name(&self, instance: &str) -> String {
@@ -505,6 +510,19 @@ impl ports::Secrets for SsmParameters {
         let kind = ParameterType::SecureString;
         self.put_typed(self.token_key_name(), value, false, kind, None)
             .await
+    }
+
+    async fn load_root_password(&self) -> Result<Option<Password>, Error> {
+        let value = self.get_decrypted(self.root_password_name(), true).await?;
+        Ok(value.map(Password::given))
+    }
+
+    async fn put_root_password(&self, password: &Password) -> Result<(), Error> {
+        let value = password.expose().to_string();
+        let kind = ParameterType::SecureString;
+        self.put_typed(self.root_password_name(), value, true, kind, None)
+            .await
+            .map(drop)
     }
 
     /// Its end says `issuing` first, then the bundle is written, created tagged (fail closed, as

@@ -84,6 +84,21 @@ enum Command {
         #[arg(long, requires = "prefix")]
         password: bool,
     },
+    /// A cluster to adopt (ADOPT_ENDPOINTS) with TLS or authentication: store its CA as this
+    /// stack's (certificate and key, PEM; the key PKCS#8), so that the members the stack adds
+    /// present certificates its members trust, and its root user's password, so that the
+    /// function can act as root there. SecureStrings under the stack's prefix, which only the
+    /// function reads; nothing is printed of them. Before the function's first invocation for
+    /// the CA: see docs/adopting.md.
+    AdoptSecrets {
+        #[arg(long, requires = "ca_key", value_name = "FILE")]
+        ca_cert: Option<std::path::PathBuf>,
+        #[arg(long, requires = "ca_cert", value_name = "FILE")]
+        ca_key: Option<std::path::PathBuf>,
+        /// A file whose first line is root's password.
+        #[arg(long, value_name = "FILE")]
+        root_password_file: Option<std::path::PathBuf>,
+    },
     /// Run the real handler on an event file against the real account with every write refused,
     /// printing the decisions it would make.
     Replay {
@@ -118,6 +133,17 @@ async fn run(args: Args) -> Result<(), Error> {
         None => Config::from_env()?,
     };
     let live = adapters::connect(config, &aws)?;
+    if let Command::AdoptSecrets {
+        ca_cert,
+        ca_key,
+        root_password_file,
+    } = args.command
+    {
+        // Before `identify`, which would make the stack a CA of its own where it has none.
+        let ca = ca_cert.zip(ca_key);
+        let stored = commands::adopt_secrets(&live, ca, root_password_file).await;
+        return stored;
+    }
     live.identify().await?;
     match args.command {
         Command::Status { json, watch } => commands::status(&live, json, watch).await,
@@ -143,5 +169,6 @@ async fn run(args: Args) -> Result<(), Error> {
             commands::client_cert(&live, ask).await
         }
         Command::Replay { file } => commands::replay(live, &file).await,
+        Command::AdoptSecrets { .. } => unreachable!("handled before identify"),
     }
 }

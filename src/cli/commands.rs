@@ -128,6 +128,105 @@ pub async fn restore(
     Ok(())
 }
 
+/// `adopt-secrets`: what adopting a cluster with TLS or authentication needs (docs/adopting.md),
+/// stored as this stack's SecureStrings (its KMS key): the cluster's CA, imported as the stack's
+/// own (create-only: refused where the stack has another CA already), and its `root` password
+/// (over any stored before). The files' contents never reach the output or an error.
+pub async fn adopt_secrets(
+    live: &Live,
+    ca: Option<(PathBuf, PathBuf)>,
+    password_file: Option<PathBuf>,
+) -> Result<(), Error> {
+    use crate::ports::{Created, Secrets};
+    if ca.is_none() && password_file.is_none() {
+        return Err(Error::Config {
+            var: "--ca-cert".into(),
+            value: String::new(),
+            reason: "is missing: give --ca-cert and --ca-key, --root-password-file, or both".into(),
+        });
+    }
+    // Both read and checked before anything is stored.
+    let password = match &password_file {
+        Some(file) => Some(read_password(file)?),
+        None => None,
+    };
+    let imported = match &ca {
+        Some((cert, key)) => {
+            let cert_pem = read_text("--ca-cert", cert)?;
+            let key_pem = crate::pki::KeyPem::from(read_text("--ca-key", key)?);
+            Some(crate::pki::Ca::import(&cert_pem, key_pem, (live.clock)())?)
+        }
+        None => None,
+    };
+    if let (Some(ca), Some((cert, _))) = (&imported, &ca) {
+        let name = format!("{}/pki/ca", live.config.parameter_prefix);
+        match live.published.create_ca(ca).await? {
+            Created::Created => println!(
+                "imported the CA {:?} as this stack's ({name})",
+                ca.common_name
+            ),
+            Created::AlreadyExists => match live.published.load_ca().await? {
+                Some(kept) if kept.cert_pem == ca.cert_pem => {
+                    println!(
+                        "the CA {:?} is this stack's already ({name})",
+                        ca.common_name
+                    )
+                }
+                kept => {
+                    return Err(Error::Config {
+                        var: "--ca-cert".into(),
+                        value: cert.display().to_string(),
+                        reason: format!(
+                            "cannot be imported: this stack has another CA already ({:?}, {name}); \
+                             the function made its own before this one was imported? Only a stack \
+                             with no cluster yet may start again: docs/adopting.md",
+                            kept.map(|k| k.common_name).unwrap_or_default()
+                        ),
+                    });
+                }
+            },
+        }
+    }
+    if let Some(password) = &password {
+        live.published.put_root_password(password).await?;
+        println!(
+            "stored root's password ({}/pki/adopted-root-password)",
+            live.config.parameter_prefix
+        );
+    }
+    live.identify().await?;
+    let (_, plan) = live.look().await?;
+    println!("next: {}", plan.step.why());
+    Ok(())
+}
+
+fn read_text(var: &str, file: &Path) -> Result<String, Error> {
+    let bytes = std::fs::read(file).map_err(|e| Error::Config {
+        var: var.into(),
+        value: file.display().to_string(),
+        reason: format!("cannot be read: {e}"),
+    })?;
+    String::from_utf8(bytes).map_err(|_| Error::Config {
+        var: var.into(),
+        value: file.display().to_string(),
+        reason: "is not text (PEM)".into(),
+    })
+}
+
+/// A password file: its first line, which must not be empty.
+fn read_password(file: &Path) -> Result<crate::pki::Password, Error> {
+    let text = read_text("--root-password-file", file)?;
+    let line = text.lines().next().unwrap_or_default();
+    if line.is_empty() {
+        return Err(Error::Config {
+            var: "--root-password-file".into(),
+            value: file.display().to_string(),
+            reason: "holds no password on its first line".into(),
+        });
+    }
+    Ok(crate::pki::Password::given(line.to_string()))
+}
+
 /// What `client-cert` was asked for.
 pub struct ClientCert {
     pub user: String,

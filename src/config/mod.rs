@@ -630,23 +630,27 @@ impl Timing {
     }
 }
 
-/// ADOPT_ENDPOINTS: plain-HTTP client URLs (`http://host:port`), at most nine. Adopting a
-/// cluster with TLS (its CA) or authentication (its credentials) is not built yet: refused
-/// with TLS=managed rather than half done.
+/// ADOPT_ENDPOINTS: client URLs (`scheme://host:port`), at most nine, of one scheme: `https`
+/// with TLS=managed (the adopted cluster's CA becomes the stack's: docs/adopting.md), `http`
+/// without it (the members this stack adds speak what the old ones speak).
 fn adopt_endpoints(env: &Env, managed: bool) -> Result<Vec<String>, Error> {
     let Some(value) = env.get(&ADOPT_ENDPOINTS).filter(|v| !v.trim().is_empty()) else {
         return Ok(vec![]);
     };
-    if managed {
-        return Err(bad(
-            ADOPT_ENDPOINTS.name,
-            &value,
-            "needs TLS=off: adopting a cluster with TLS (its CA) is not supported yet",
-        ));
-    }
     let urls: Vec<String> = value.split(',').map(|u| u.trim().to_string()).collect();
+    let scheme = if managed { "https://" } else { "http://" };
+    if let Some(u) = urls.iter().find(|u| !u.starts_with(scheme)) {
+        let reason = if managed {
+            "is not https: with TLS=managed the members this stack adds speak TLS, and so must \
+             the cluster they join (adopt a plain-HTTP cluster with TLS=off)"
+        } else {
+            "is not http: a cluster with TLS is adopted with TLS=managed and its CA imported \
+             (etcd-asg adopt-secrets)"
+        };
+        return Err(bad(ADOPT_ENDPOINTS.name, u, reason));
+    }
     let well_formed = |u: &str| {
-        u.strip_prefix("http://")
+        u.strip_prefix(scheme)
             .and_then(|rest| rest.rsplit_once(':'))
             .is_some_and(|(host, port)| {
                 !host.is_empty()
@@ -660,7 +664,7 @@ fn adopt_endpoints(env: &Env, managed: bool) -> Result<Vec<String>, Error> {
         return Err(bad(
             ADOPT_ENDPOINTS.name,
             u,
-            "is not a client URL http://host:port",
+            "is not a client URL scheme://host:port",
         ));
     }
     if urls.len() > 9 {
@@ -744,6 +748,45 @@ mod tests {
 
     fn error_text(pairs: &[(&str, &str)]) -> String {
         Config::from_lookup(env(pairs)).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn adopt_endpoints_speak_the_scheme_of_the_stacks_members() {
+        let adopt =
+            |pairs: &[(&str, &str)]| Config::from_lookup(env(pairs)).map(|c| c.settings.adopt);
+        let urls = "https://10.1.0.1:2379, https://10.1.0.2:2379";
+        assert_eq!(
+            adopt(&[("TLS", "managed"), ("ADOPT_ENDPOINTS", urls)]).unwrap(),
+            ["https://10.1.0.1:2379", "https://10.1.0.2:2379"]
+        );
+        assert_eq!(
+            adopt(&[("ADOPT_ENDPOINTS", "http://old-1:2379")]).unwrap(),
+            ["http://old-1:2379"]
+        );
+        for (pairs, says) in [
+            (
+                &[("ADOPT_ENDPOINTS", urls)][..],
+                "\"https://10.1.0.1:2379\" is not http",
+            ),
+            (
+                &[
+                    ("TLS", "managed"),
+                    ("ADOPT_ENDPOINTS", "https://a:2379,http://b:2379"),
+                ][..],
+                "\"http://b:2379\" is not https",
+            ),
+            (
+                &[("TLS", "managed"), ("ADOPT_ENDPOINTS", "https://a:port")][..],
+                "is not a client URL",
+            ),
+            (
+                &[("ADOPT_ENDPOINTS", "http://a:2379;rm -rf")][..],
+                "is not a client URL",
+            ),
+        ] {
+            let e = error_text(pairs);
+            assert!(e.contains(says), "{says}: {e}");
+        }
     }
 
     #[test]

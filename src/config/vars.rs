@@ -197,7 +197,8 @@ pub const ADOPT_ENDPOINTS: Var = Var::new(
     "ADOPT_ENDPOINTS",
     "",
     "an etcd cluster that runs already, adopted with no downtime: its client URLs, \
-     comma-separated (plain HTTP, without authentication: [Adopting a cluster](adopting.md))",
+     comma-separated; `http` with `TLS=off`, `https` with `TLS=managed` and its CA imported \
+     (`etcd-asg adopt-secrets`, also for its root password: [Adopting a cluster](adopting.md))",
 )
 .noted("unset (nothing to adopt)");
 

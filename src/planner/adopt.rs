@@ -25,6 +25,10 @@ use crate::versions::{admission, Admission, Version};
 /// The oldest cluster version adopted: learners came with 3.4.
 pub const ADOPT_FLOOR: Version = Version::new(3, 4, 0);
 
+/// What an operator does for a cluster with authentication on (docs/adopting.md).
+pub const STORE_PASSWORD: &str =
+    "store its root password: etcd-asg adopt-secrets --root-password-file FILE";
+
 /// No record, ADOPT_ENDPOINTS set, and a cluster answers: its record, or why not.
 pub fn adopt(ctx: &Context) -> Option<Step> {
     if ctx.settings.adopt.is_empty() || ctx.obs.published.cluster.is_some() {
@@ -106,11 +110,10 @@ fn unfit(ctx: &Context) -> Option<String> {
             name(a.member)
         ));
     }
-    if view.auth_enabled {
-        return Some(
-            "authentication is on: adopting with credentials is not supported yet (turn it off, or wait for it)"
-                .into(),
-        );
+    if let Some(why) = &view.root_refused {
+        return Some(format!(
+            "authentication is on, and the function cannot act as its root: {STORE_PASSWORD} ({why})"
+        ));
     }
     let scheme = format!("{}://", ctx.settings.topology.peer_scheme.as_str());
     if let Some(m) = view

@@ -170,6 +170,7 @@ mod tests {
             alarms: vec![],
             history_compacted: false,
             auth_enabled: false,
+            root_refused: None,
             cluster_version: None,
             peer_connected: Default::default(),
             members,

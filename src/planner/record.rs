@@ -90,9 +90,13 @@ pub fn bootstrap(obs: &Observation, settings: &Settings, detail: &str) -> Plan {
     let Some(record) = &obs.published.cluster else {
         // A cluster to adopt that does not answer is never replaced by a new, empty one.
         if !settings.adopt.is_empty() {
-            // etcd 3.6 refuses even the member list without a user once authentication is on.
-            let why = if detail.contains("UserEmpty") {
-                format!("authentication is on: adopting with credentials is not supported yet ({detail})")
+            // etcd 3.6 refuses even the member list without a user once authentication is on,
+            // and a member of the cluster refuses the function's own tokens.
+            let why = if detail.contains("UserEmpty") || detail.contains("InvalidAuthToken") {
+                format!(
+                    "authentication is on, and the function cannot act as its root: {} ({detail})",
+                    super::adopt::STORE_PASSWORD
+                )
             } else {
                 format!("the cluster at ADOPT_ENDPOINTS does not answer ({detail})")
             };

@@ -115,6 +115,7 @@ impl Given {
             alarms: vec![],
             history_compacted: false,
             auth_enabled: false,
+            root_refused: None,
             cluster_version: Some(crate::model::Version::new(3, 6, 0)),
             peer_connected: Default::default(),
         });
@@ -2570,10 +2571,20 @@ fn a_fit_cluster_is_adopted_as_it_is_and_an_unfit_one_changes_nothing() {
             kind: "NOSPACE".into(),
         });
         b.auth_enabled = true;
+        b.root_refused = Some("etcd refused auth user get (InvalidAuthToken)".into());
         c.cluster_version = Some(Version::new(3, 3, 0));
     }
     refused(alarmed, "alarm NOSPACE");
-    refused(authed, "authentication is on");
+    refused(
+        authed,
+        "authentication is on, and the function cannot act as its root",
+    );
+    // Authentication on, and the function is its root (the adopted cluster's password): fit.
+    let mut root = g();
+    if let ClusterState::Known(v) = &mut root.obs.cluster {
+        v.auth_enabled = true;
+    }
+    assert!(matches!(root.plan(), Step::CreateCluster(_)));
     refused(old, "below 3.4.0");
     let tls = adopting(given(group()).members(vec![Member {
         peer_urls: vec!["https://10.1.0.1:2380".into()],

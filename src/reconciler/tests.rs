@@ -704,6 +704,33 @@ async fn a_missing_hook_fails_the_first_invocation_naming_it_and_the_next_looks_
 }
 
 #[tokio::test]
+async fn a_cluster_adopted_over_tls_waits_for_its_own_ca_and_the_stack_never_makes_one() {
+    let world = Fake::default();
+    let adopt = [
+        ("TLS", "managed"),
+        ("ADOPT_ENDPOINTS", "https://10.1.0.1:2379"),
+    ];
+    let r = reconciler_with(&world, &adopt);
+    for _ in 0..2 {
+        r.handle(&schedule(), far()).await.unwrap();
+    }
+    assert!(world.world().ca.is_none() && r.ca.get().is_none());
+    assert!(!world.calls().iter().any(|c| c == "create-ca"));
+    // Imported (`etcd-asg adopt-secrets`): the next invocation of the same environment uses it.
+    let imported = crate::pki::Ca::generate("outside", world.world().now).unwrap();
+    world.world().ca = Some(imported.clone());
+    r.handle(&schedule(), far()).await.unwrap();
+    assert_eq!(r.ca.get().map(|c| &c.cert_pem), Some(&imported.cert_pem));
+    // Without ADOPT_ENDPOINTS a stack makes its own, as ever.
+    let own = Fake::default();
+    reconciler_with(&own, &[("TLS", "managed")])
+        .handle(&schedule(), far())
+        .await
+        .unwrap();
+    assert!(own.world().ca.is_some());
+}
+
+#[tokio::test]
 async fn a_group_with_a_warm_pool_is_refused_every_invocation_changing_nothing() {
     // Was: a launch into the warm pool completed at once, a warm instance stopped before its
     // boot script ran, and the learner of its second boot never started: a loop.

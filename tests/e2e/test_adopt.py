@@ -3,6 +3,8 @@ ran before the stack, outside any group, taken over by the group's instances wit
 writing and watching throughout (their history checked), its cluster id and every key kept."""
 
 import json
+import os
+import subprocess
 import time
 
 import pytest
@@ -16,8 +18,8 @@ from sim.outside import OutsideCluster
 def outside():
     made = []
 
-    def make(n: int = 3) -> OutsideCluster:
-        c = OutsideCluster(n)
+    def make(n: int = 3, **kw) -> OutsideCluster:
+        c = OutsideCluster(n, **kw)
         made.append(c)
         return c
 
@@ -70,7 +72,8 @@ def test_a_running_cluster_is_adopted_with_its_id_its_keys_and_every_acknowledge
 
 
 @pytest.mark.long(150)
-def test_adoption_is_refused_for_a_learner_a_member_down_and_authentication_changing_nothing(simulation, outside):
+def test_adoption_is_refused_for_a_learner_a_member_down_and_authentication_changing_nothing(simulation, outside,
+                                                                                          tmp_path):
     old = outside(3)
     etcd.put(old.url(1), "/old/key", "kept", timeout=5)
     # A learner added and never started (etcd takes no add before its members have been
@@ -96,18 +99,101 @@ def test_adoption_is_refused_for_a_learner_a_member_down_and_authentication_chan
     assert removed.returncode == 0, removed.stderr
     refused_for("does not answer: every member must be healthy")
     assert "old-3" in open(f"{sim.workdir}/function.log").read()
-    # Authentication on (adopting with credentials is not built): refused, also once old-3 is back.
+    # Authentication on, and root's password not stored: refused, also once old-3 is back.
     root = ["--user", "root:adopt-test"]
     for args in (["user", "add", "root", "--new-user-password", "adopt-test"], ["auth", "enable"]):
         r = old.etcdctl(*args)
         assert r.returncode == 0, r.stderr
-    refused_for("authentication is on")
+    refused_for("authentication is on, and the function cannot act as its root")
     old.start(3)
     time.sleep(6)
     assert f"{sim.prefix}/cluster" not in sim.parameters()
     assert len(json.loads(old.etcdctl(*root, "member", "list", "-w", "json").stdout)["members"]) == 3
-    # Authentication off: adopted.
-    r = old.etcdctl(*root, "auth", "disable")
+    # A wrong password stored: refused, saying so (never showing it).
+    (tmp_path / "wrong").write_text("not-the-password\n")
+    r = sim.cli("adopt-secrets", "--root-password-file", str(tmp_path / "wrong"))
     assert r.returncode == 0, r.stderr
-    sim.wait_converged(3, label="adopted once fit", timeout=300)
-    assert etcd.keys_with_prefix(sim.client_endpoint, "/old/") == {"/old/key"}
+    refused_for("refused root's password")
+    assert "not-the-password" not in open(f"{sim.workdir}/function.log").read()
+    # Root's password stored (a plain-HTTP cluster with authentication on): adopted.
+    (tmp_path / "password").write_text("adopt-test\n")
+    r = sim.cli("adopt-secrets", "--root-password-file", str(tmp_path / "password"))
+    assert r.returncode == 0, r.stderr
+    # Adopted: the group's three instances are the members (the simulation's own reads name no
+    # user over plain HTTP: etcdctl as root, with the password, reads instead).
+    def members() -> set[str]:
+        r = sim.etcdctl(sim.client_endpoint, *root, "member", "list", "-w", "json")
+        return {u for m in json.loads(r.stdout)["members"] for u in m.get("clientURLs", [])} if r.returncode == 0 else set()
+
+    wait_for("the group's instances alone the members", 300,
+             lambda: members() and members() == set(sim.running_client_urls())
+             and "adopting" not in json.loads(sim.parameters().get(f"{sim.prefix}/cluster", "{}")))
+    r = sim.etcdctl(sim.client_endpoint, *root, "get", "/old/key", "--print-value-only")
+    assert r.returncode == 0 and r.stdout.strip() == "kept", r
+    assert "adopt-test" not in open(f"{sim.workdir}/function.log").read()
+
+
+@pytest.mark.long(150)
+def test_a_cluster_with_its_own_ca_and_authentication_is_adopted_with_its_clients(simulation, outside, tmp_path):
+    password = "outside-root-password"
+    old = outside(3, tls=True, root_password=password)
+    for n in range(20):
+        r = old.put(f"/old/{n:02d}", f"value {n}")
+        assert r.returncode == 0, r.stderr
+    cluster_id = old.cluster_id()
+    # Its clients: a user of its own, with a certificate of its CA naming it (gRPC).
+    history_cert = old.grant("history", "/history/")
+    (tmp_path / "password").write_text(f"{password}\n")
+
+    def adopt_secrets(sim):
+        # What the operator does before the function's first invocation (docs/adopting.md).
+        r = sim.cli("adopt-secrets", "--ca-cert", old.ca.cert_file, "--ca-key", old.ca.key_file,
+                    "--root-password-file", str(tmp_path / "password"))
+        assert r.returncode == 0, r.stderr
+        assert "imported the CA" in r.stdout, r.stdout
+
+    sim = simulation(tls=True, writer=False, crash_once_after="adopt", before_function=adopt_secrets,
+                     function_env={"ADOPT_ENDPOINTS": old.endpoints()})
+    # The adopted CA is the stack's: the members it adds present certificates of it.
+    kept = json.loads(sim.ssm.get_parameter(Name=f"{sim.prefix}/pki/ca", WithDecryption=True)["Parameter"]["Value"])
+    assert kept["cert_pem"].strip() == open(old.ca.cert_file).read().strip()
+    stored = sim.ssm.get_parameter(Name=f"{sim.prefix}/pki/adopted-root-password")["Parameter"]
+    assert stored["Type"] == "SecureString", stored["Type"]
+    rec = history.Recording(str(tmp_path), f"{old.endpoints()},{sim.client_endpoint}", rate=50,
+                            certs=(old.ca.cert_file, *history_cert))
+    rec.wait_ready()
+    sim.scale(3)
+    sim.wait_converged(3, label="adopted", timeout=300)
+    assert sim.cluster_id == cluster_id
+    assert etcd.keys_with_prefix(sim.client_endpoint, "/old/") == {f"/old/{n:02d}" for n in range(20)}
+    record = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
+    assert record["cluster_id"] == cluster_id and "adopting" not in record, record
+    wait_for("the old members' etcd to exit once removed", 60,
+             lambda: not any(old.running(k) for k in (1, 2, 3)))
+    with open(f"{sim.workdir}/function.log") as f:
+        log = f.read()
+    assert '"message":"failpoint: aborting","step":"adopt"' in log, "the failpoint never fired"
+    assert "logged in as root with the adopted cluster's password" in log
+    assert password not in log
+    summary = history.verified(rec.stop(), [], label="adopt-tls-auth")
+    history.note(summary, etcd.version_of(sim.etcd_bin))
+    assert summary["ops"] > 100, summary
+    # Its clients go on through the stack's endpoint with what they had: the old CA's
+    # certificate naming their user, and root's password.
+    ctl = [os.path.join(os.path.dirname(sim.etcd_bin), "etcdctl"), "--endpoints", sim.client_endpoint,
+           "--command-timeout", "5s", "--cacert", old.ca.cert_file]
+    as_history = [*ctl, "--cert", history_cert[0], "--key", history_cert[1]]
+    for args in (["put", "/history/after", "adopted"], ["get", "/history/after", "--print-value-only"]):
+        r = subprocess.run([*as_history, *args], capture_output=True, text=True, timeout=30, env={})
+        assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "adopted"
+    refused = subprocess.run([*as_history, "get", "/old/00"], capture_output=True, text=True, timeout=30, env={})
+    assert refused.returncode != 0 and "permission denied" in refused.stderr, refused
+    # A password login needs a client certificate too (the members demand one): one naming no
+    # user (the simulation's), so that root is who the password says.
+    c = sim.credentials
+    as_root = [*ctl, "--cert", c.cert, "--key", c.key, "--user", f"root:{password}"]
+    r = subprocess.run([*as_root, "get", "/old/00", "--print-value-only"], capture_output=True, text=True,
+                       timeout=30, env={})
+    assert r.returncode == 0 and r.stdout.strip() == "value 0", r
+    assert not _waits(sim, "adoption-refused")

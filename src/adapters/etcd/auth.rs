@@ -16,21 +16,22 @@ impl EtcdMembers {
         Ok(self.tokens(endpoint)?.into_iter().next())
     }
 
-    /// Fresh root tokens for `endpoint`, one per signer, the one it took last first; none while
+    /// Root tokens for `endpoint`: the one it gave the function when it logged in there, if it
+    /// did (`log_in`), then fresh ones, one per signer, the one it took last first; none while
     /// etcd has not asked for a user.
     pub(super) fn tokens(&self, endpoint: &str) -> Result<Vec<String>, Error> {
+        let login = self.login_token(endpoint);
         let Some(root) = self
             .root
             .get()
             .filter(|_| self.auth_seen.load(std::sync::atomic::Ordering::Relaxed))
         else {
-            return Ok(Vec::new());
+            return Ok(login.into_iter().collect());
         };
         let first = self.signer_of(endpoint);
         let now = unix_now();
-        (0..root.signers())
-            .map(|n| root.token((first + n) % root.signers(), now))
-            .collect()
+        let signed = (0..root.signers()).map(|n| root.token((first + n) % root.signers(), now));
+        login.map(Ok).into_iter().chain(signed).collect()
     }
 
     fn signer_of(&self, endpoint: &str) -> usize {
@@ -42,8 +43,13 @@ impl EtcdMembers {
             .unwrap_or(0)
     }
 
-    /// Remembers that `endpoint` took the token `tried` places after its preferred one.
+    /// Remembers that `endpoint` took the token `tried` places after its preferred one (its
+    /// login token, where it gave one, comes before them all).
     pub(super) fn took(&self, endpoint: &str, tried: usize) {
+        let tried = match self.login_token(endpoint) {
+            Some(_) => tried.saturating_sub(1),
+            None => tried,
+        };
         if tried == 0 {
             return;
         }
@@ -60,6 +66,92 @@ impl EtcdMembers {
             .insert(endpoint.to_string(), signer);
     }
 
+    /// From now on, where a member refuses the function's tokens, log in there as `root` with
+    /// `password` (an adopted cluster's members: see `EtcdMembers::password`).
+    pub(super) fn with_root_password(&self, password: crate::pki::Password) {
+        let mut kept = self.password.lock().unwrap();
+        if kept.as_ref() != Some(&password) {
+            tracing::info!("the adopted cluster's root password is known");
+            *kept = Some(password);
+            self.logins.lock().unwrap().clear();
+        }
+    }
+
+    /// Whether the function knows an adopted cluster's root password, once etcd asked for a user.
+    pub(super) fn password_known(&self) -> bool {
+        self.password.lock().unwrap().is_some()
+            && self.auth_seen.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The token `endpoint` gave the function when it logged in there, if it did.
+    pub(super) fn login_token(&self, endpoint: &str) -> Option<String> {
+        if !self.auth_seen.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        self.logins.lock().unwrap().get(endpoint).cloned()
+    }
+
+    /// Whether a call was refused for its tokens (or for naming no user, with none to send) and
+    /// a password may help.
+    pub(super) fn may_log_in(&self, r: &Result<impl Sized, Error>) -> bool {
+        let refused = matches!(r, Err(e) if matches!(
+            e.refusal(),
+            Some(Refusal::InvalidAuthToken | Refusal::UserEmpty)
+        ));
+        refused && self.password.lock().unwrap().is_some()
+    }
+
+    /// Logs in at `endpoint` as `root` with the adopted cluster's password (etcd's
+    /// `Authenticate`, a raft write: it needs the cluster's quorum) and keeps its token for that
+    /// endpoint. A refused password is an error saying so, never showing it.
+    pub(super) async fn log_in(
+        &self,
+        client: &reqwest::Client,
+        endpoint: &str,
+    ) -> Result<(), Error> {
+        let Some(password) = self.password.lock().unwrap().clone() else {
+            return Ok(());
+        };
+        let body = json!({"name": crate::pki::ROOT_USER, "password": password.expose()});
+        let path = "/v3/auth/authenticate";
+        let answer = call::<Value>(
+            client,
+            "auth login as root",
+            endpoint,
+            path,
+            body,
+            None,
+            None,
+        )
+        .await
+        .map_err(|e| match e.refusal() {
+            Some(_) => Error::EtcdRefused {
+                operation: "auth login as root",
+                refusal: Refusal::Other,
+                message: format!(
+                    "{endpoint} refused root's password (the adopted cluster's, \
+                         etcd-asg adopt-secrets): {e}"
+                ),
+            },
+            None => e,
+        })?;
+        let token = answer["token"].as_str().ok_or(Error::EtcdProtocol {
+            operation: "auth login as root",
+            detail: "no token in the answer".into(),
+        })?;
+        self.auth_seen
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(
+            endpoint,
+            "logged in as root with the adopted cluster's password"
+        );
+        self.logins
+            .lock()
+            .unwrap()
+            .insert(endpoint.to_string(), token.to_string());
+        Ok(())
+    }
+
     /// Whether a call made without a token was refused for naming no user, and we can be root:
     /// then it is tried again with a token, and tokens are sent from now on.
     pub(super) fn asks_for_root(&self, sent_token: bool, r: &Result<impl Sized, Error>) -> bool {
@@ -69,7 +161,7 @@ impl EtcdMembers {
 
     /// etcd asked for a user: send root's tokens from now on, if we have them (false: we don't).
     pub(super) fn act_as_root(&self) -> bool {
-        if self.root.get().is_none() {
+        if self.root.get().is_none() && self.password.lock().unwrap().is_none() {
             return false;
         }
         if !self
@@ -103,6 +195,21 @@ impl EtcdMembers {
         self.auth_seen
             .store(on, std::sync::atomic::Ordering::Relaxed);
         Ok(on)
+    }
+
+    /// A cluster to adopt with authentication on: whether the function is its `root` (with its
+    /// own tokens or the adopted cluster's password), by reading the root user, which etcd lets
+    /// only root do. Some(etcd's refusal) when it is not; an unanswered call is an error.
+    pub(super) async fn root_refused(&self, endpoint: &str) -> Result<Option<String>, Error> {
+        let body = json!({"name": crate::pki::ROOT_USER});
+        let r = self
+            .call::<Value>("auth user get", endpoint, "/v3/auth/user/get", body, None)
+            .await;
+        match r {
+            Ok(_) => Ok(None),
+            Err(e) if e.refusal().is_some() => Ok(Some(e.to_string())),
+            Err(e) => Err(e),
+        }
     }
 
     /// Whether `user` logs in with `password` through the gateway, as its programs will: a user

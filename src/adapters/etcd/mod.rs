@@ -47,6 +47,11 @@ pub struct EtcdMembers {
     /// Per endpoint, the signer (`RootTokens`) whose token it took last, asked first next time:
     /// a member of a bundle older than the token key verifies only the CA's.
     signers: Mutex<std::collections::HashMap<String, usize>>,
+    /// An adopted cluster's `root` password (docs/adopting.md): where a member refuses every
+    /// token the function signs (a member of the adopted cluster, with a token provider of its
+    /// own), the function logs in there as root and uses that member's token (`logins`).
+    password: Mutex<Option<crate::pki::Password>>,
+    logins: Mutex<std::collections::HashMap<String, String>>,
     /// The highest revision this process compacted to: what `compacted_up_to` answers when
     /// etcd's authentication keeps it from reading the history.
     compacted_to: Mutex<i64>,
@@ -70,6 +75,8 @@ impl EtcdMembers {
             root: OnceLock::new(),
             auth_seen: std::sync::atomic::AtomicBool::new(false),
             signers: Mutex::default(),
+            password: Mutex::new(None),
+            logins: Mutex::default(),
             compacted_to: Mutex::new(0),
             metrics_port: None,
         })
@@ -177,15 +184,23 @@ impl EtcdMembers {
         timeout: Option<Duration>,
     ) -> Result<T, Error> {
         let client = self.client()?;
-        // At most twice: a second try carries a token, which `asks_for_root` never retries.
+        // At most three tries: one with tokens once etcd asks for a user, one after logging in.
+        let (mut asked, mut logged_in) = (false, false);
         loop {
             let tokens = self.tokens(endpoint)?;
             let (r, tried) =
                 call_with(&client, operation, endpoint, path, &body, timeout, &tokens).await;
             self.took(endpoint, tried);
-            if !self.asks_for_root(!tokens.is_empty(), &r) {
-                return r;
+            if !asked && self.asks_for_root(!tokens.is_empty(), &r) {
+                asked = true;
+                continue;
             }
+            if !logged_in && self.may_log_in(&r) {
+                logged_in = true;
+                self.log_in(&client, endpoint).await?;
+                continue;
+            }
+            return r;
         }
     }
 
@@ -210,6 +225,10 @@ impl Members for EtcdMembers {
 
     fn identify(&self, ca: &crate::pki::Ca) -> Result<(), Error> {
         self.managed_by(ca, unix_now())
+    }
+
+    fn use_root_password(&self, password: crate::pki::Password) {
+        self.with_root_password(password)
     }
 
     async fn add_learner(&self, endpoint: &str, peer_url: &str) -> Result<MemberId, Error> {

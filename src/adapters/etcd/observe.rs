@@ -182,8 +182,13 @@ impl EtcdMembers {
             None if cluster.is_none() => self.auth_enabled(endpoint).await?,
             None => false,
         };
+        let root_refused = match cluster {
+            None if auth_enabled => self.root_refused(endpoint).await?,
+            _ => None,
+        };
         let cluster_version = self.cluster_version(endpoint).await;
         Ok(ClusterView {
+            root_refused,
             cluster_version,
             cluster_id: list.header.cluster_id,
             members,
@@ -242,15 +247,31 @@ impl EtcdMembers {
     /// naming no user while we sent no token is asked again with root's: etcd 3.6.0-3.6.8 answer
     /// MemberList without a user but not Status (from 3.6.0 Status needs a user, etcd-io/etcd#14663;
     /// from 3.6.9 MemberList does too), so the list alone cannot tell that authentication is on.
+    /// Members that refuse every token the function signs (an adopted cluster's) are asked
+    /// again once it has logged in at them with the adopted cluster's root password.
     async fn probe(&self, members: &[Member]) -> Result<Probed, Error> {
-        let (probed, asked_for_user) = self.probe_once(members).await?;
+        let (mut probed, asked_for_user, mut refused) = self.probe_once(members).await?;
         if asked_for_user && self.act_as_root() {
-            return Ok(self.probe_once(members).await?.0);
+            (probed, _, refused) = self.probe_once(members).await?;
+        }
+        let mut again = false;
+        for url in &refused {
+            if self.password_known() {
+                let client = self.client()?;
+                match self.log_in(&client, url).await {
+                    Ok(()) => again = true,
+                    Err(e) => tracing::warn!(endpoint = %url, error = %e, "cannot log in as root"),
+                }
+            }
+        }
+        if again {
+            probed = self.probe_once(members).await?.0;
         }
         Ok(probed)
     }
 
-    async fn probe_once(&self, members: &[Member]) -> Result<(Probed, bool), Error> {
+    /// The statuses, whether a member asked for a user, and the URLs that refused the tokens.
+    async fn probe_once(&self, members: &[Member]) -> Result<(Probed, bool, Vec<String>), Error> {
         let mut probes = JoinSet::new();
         for m in members.iter().filter(|m| m.is_started()) {
             let id = m.id;
@@ -262,6 +283,7 @@ impl EtcdMembers {
             let client = self.client()?;
             probes.spawn(async move {
                 let mut asked_for_user = false;
+                let mut refused = Vec::new();
                 for (url, tokens) in urls {
                     let path = "/v3/maintenance/status";
                     let (status, tried) = call_with::<StatusResponse>(
@@ -278,28 +300,41 @@ impl EtcdMembers {
                     // address reused by another etcd) says nothing of its health.
                     match status {
                         Ok(s) if s.header.member_id == id.0 => {
-                            return (Some((id, s, url, tried)), false)
+                            return (Some((id, s, url, tried)), false, refused)
                         }
                         Err(e) if tokens.is_empty() && e.refusal() == Some(Refusal::UserEmpty) => {
-                            asked_for_user = true
+                            asked_for_user = true;
+                            refused.push(url)
+                        }
+                        Err(e)
+                            if matches!(
+                                e.refusal(),
+                                Some(Refusal::InvalidAuthToken | Refusal::UserEmpty)
+                            ) =>
+                        {
+                            refused.push(url)
                         }
                         _ => {}
                     }
                 }
-                (None, asked_for_user)
+                (None, asked_for_user, refused)
             });
         }
         let mut statuses = std::collections::BTreeMap::new();
         let mut asked_for_user = false;
+        let mut refused = Vec::new();
         while let Some(probe) = probes.join_next().await {
-            let Ok((found, asked)) = probe else { continue };
+            let Ok((found, asked, their_refused)) = probe else {
+                continue;
+            };
             asked_for_user |= asked;
+            refused.extend(their_refused);
             if let Some((id, status, url, tried)) = found {
                 self.took(&url, tried);
                 statuses.insert(id, (MemberStatus::from(&status), status.leader));
             }
         }
-        Ok((Probed { statuses }, asked_for_user))
+        Ok((Probed { statuses }, asked_for_user, refused))
     }
 
     /// The cluster's active alarms: raft state, so any member answers for all.
