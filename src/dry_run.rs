@@ -299,8 +299,8 @@ impl<M: Members> Members for DryRun<M> {
         self.inner.identify(ca)
     }
 
-    fn use_root_password(&self, password: Password) {
-        self.inner.use_root_password(password)
+    fn use_root_password(&self, password: Password, login_first: &[String]) {
+        self.inner.use_root_password(password, login_first)
     }
 
     async fn observe(&self, endpoints: &[String], cluster: Option<u64>) -> ClusterState {

@@ -873,7 +873,7 @@ impl Members for Fake {
         Ok(())
     }
 
-    fn use_root_password(&self, _password: Password) {}
+    fn use_root_password(&self, _password: Password, _login_first: &[String]) {}
 
     async fn add_learner(&self, _endpoint: &str, peer_url: &str) -> Result<MemberId, Error> {
         let mut w = self.world();

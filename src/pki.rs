@@ -103,6 +103,11 @@ pub struct Ca {
     /// caller that only issues certificates (or the tables' CA).
     #[serde(skip)]
     pub token_key: Option<KeyPem>,
+    /// An adopted cluster's CA (`Ca::import`): its key never signs the function's tokens (no
+    /// member ever verified tokens with its certificate, and a member of the adopted cluster
+    /// refuses them anyway).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub imported: bool,
 }
 
 /// A fresh key for etcd's JWT tokens (ECDSA P-256, PKCS#8 PEM: etcd 3.4.17+ and 3.5 read it,
@@ -178,6 +183,7 @@ impl Ca {
             key_pem: KeyPem(key.serialize_pem()),
             not_after,
             token_key: None,
+            imported: false,
         })
     }
 
@@ -226,13 +232,29 @@ impl Ca {
         if not_after <= now {
             return Err(bad(format!("{} has expired", cert.subject())));
         }
-        let key = KeyPair::from_pem(key_pem.expose()).map_err(|_| {
-            bad(
-                "the key is not a PKCS#8 PEM key of ECDSA P-256/P-384, Ed25519 or RSA \
-                 (convert one: openssl pkcs8 -topk8 -nocrypt -in ca.key)"
-                    .into(),
-            )
-        })?;
+        if cert.issuer() != cert.subject() {
+            return Err(bad(format!(
+                "{} is issued by {}: import the CA the members trust (self-signed), not an \
+                 intermediate",
+                cert.subject(),
+                cert.issuer()
+            )));
+        }
+        // PKCS#8 alone: rcgen reads SEC1 and PKCS#1 keys too, but keeps their form, which
+        // nothing downstream should have to tell apart.
+        let pkcs8 = key_pem
+            .expose()
+            .trim_start()
+            .starts_with("-----BEGIN PRIVATE KEY-----");
+        let key =
+            KeyPair::from_pem(key_pem.expose())
+                .ok()
+                .filter(|_| pkcs8)
+                .ok_or_else(|| {
+                    bad("the key is not a PKCS#8 PEM key (BEGIN PRIVATE KEY) of ECDSA P-256/P-384, \
+                     Ed25519 or RSA (convert one: openssl pkcs8 -topk8 -nocrypt -in ca.key)"
+                    .into())
+                })?;
         if key.subject_public_key_info() != cert.public_key().raw {
             return Err(bad(format!(
                 "the key is not the key of {} (another certificate's?)",
@@ -245,13 +267,45 @@ impl Ca {
             .next()
             .and_then(|cn| cn.as_str().ok())
             .map_or_else(|| cert.subject().to_string(), str::to_string);
-        Ok(Ca {
+        let ca = Ca {
             common_name,
             cert_pem: format!("{}\n", cert_pem.trim()),
             key_pem,
             not_after,
             token_key: None,
-        })
+            imported: true,
+        };
+        ca.issues_as(&cert, now)?;
+        Ok(ca)
+    }
+
+    /// What members will check, byte for byte (Go's verifier finds a parent by its raw
+    /// subject): a certificate issued now names `cert`'s subject exactly, and verifies.
+    fn issues_as(
+        &self,
+        cert: &x509_parser::certificate::X509Certificate,
+        now: Timestamp,
+    ) -> Result<(), Error> {
+        let bad = |detail: String| Error::Pki {
+            what: "importing the cluster's CA",
+            detail,
+        };
+        let probe = self.issue_function(60, now)?;
+        let (_, probe_pem) = x509_parser::pem::parse_x509_pem(probe.cert_pem.as_bytes())
+            .map_err(|e| bad(format!("a test certificate is not PEM: {e}")))?;
+        let issued = probe_pem
+            .parse_x509()
+            .map_err(|e| bad(format!("a test certificate cannot be read: {e}")))?;
+        if issued.issuer().as_raw() != cert.subject().as_raw()
+            || issued.verify_signature(Some(cert.public_key())).is_err()
+        {
+            return Err(bad(format!(
+                "certificates issued from {} would not name its subject exactly (repeated or \
+                 multi-valued name parts): members would not find their issuer",
+                cert.subject()
+            )));
+        }
+        Ok(())
     }
 
     /// The issuer: the kept key, and the CA's certificate for its subject and key identifier
@@ -323,15 +377,14 @@ impl Ca {
         if let Some(token_key) = &self.token_key {
             keys.push(der(token_key, "reading the token key")?);
         }
-        // An adopted CA's key may be of another kind: no member ever verified tokens with it.
-        let ca_key = KeyPair::from_pem(self.key_pem.expose()).map_err(pki("reading the CA key"))?;
-        if ca_key.algorithm() == &PKCS_ECDSA_P256_SHA256 {
+        // An adopted CA's key never: no member ever verified tokens with it.
+        if !self.imported {
             keys.push(der(&self.key_pem, "reading the CA key")?);
         }
         if keys.is_empty() {
             return Err(Error::Pki {
                 what: "root tokens",
-                detail: "no token key, and the CA's key is not ECDSA P-256".into(),
+                detail: "an adopted CA, and no token key".into(),
             });
         }
         Ok(RootTokens { keys })
@@ -500,30 +553,52 @@ mod tests {
             x.verify_signature(Some(ca_x.public_key())).unwrap();
             assert_eq!(x.issuer(), ca_x.subject());
             assert!(x.issuer().to_string().contains("O=Outside Team"));
-            // The function's tokens are signed with the token key alone where the CA's key is
-            // of another kind than members of old bundles verify.
+            // The function's tokens are signed with the token key alone: an adopted CA's key
+            // never signs them.
             let with_token_key = Ca {
                 token_key: Some(generate_token_key().unwrap()),
                 ..ca.clone()
             };
-            let signers = with_token_key.root_tokens().unwrap().signers();
-            assert_eq!(signers, if alg == &PKCS_ECDSA_P256_SHA256 { 2 } else { 1 });
+            assert_eq!(with_token_key.root_tokens().unwrap().signers(), 1);
+            // Kept and read again, it is still the adopted one.
+            let kept: Ca = serde_json::from_str(&serde_json::to_string(&ca).unwrap()).unwrap();
+            assert!(kept.imported);
         }
         let (cert, key) = foreign_ca(&PKCS_ECDSA_P256_SHA256, true);
         let refused = |cert: &str, key: KeyPem, now, says: &str| {
             let e = Ca::import(cert, key, now).unwrap_err().to_string();
             assert!(e.contains(says), "{says}: {e}");
-            assert!(!e.contains("PRIVATE KEY"), "{e}");
+            // Nothing of a key (base64 of PKCS#8 and SEC1 EC keys begins so).
+            assert!(!e.contains("MIGHAgEA") && !e.contains("MHcCAQEE"), "{e}");
         };
         let (leaf, leaf_key) = foreign_ca(&PKCS_ECDSA_P256_SHA256, false);
         refused(&leaf, leaf_key, NOW, "is not a CA certificate");
         refused(&cert, key.clone(), NOW + 400 * 86_400, "has expired");
         let (_, other_key) = foreign_ca(&PKCS_ECDSA_P256_SHA256, true);
         refused(&cert, other_key, NOW, "the key is not the key of");
-        let sec1 = KeyPem(
-            "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE\n-----END EC PRIVATE KEY-----\n".into(),
-        );
+        // A whole SEC1 key (cfssl's form), which rcgen reads: refused all the same.
+        let sec1 = {
+            use base64::Engine;
+            let p8 = KeyPair::from_pem(key.expose()).unwrap().serialize_der();
+            // PKCS#8 of P-256: version, the algorithm (21 bytes), then the SEC1 key in an
+            // OCTET STRING.
+            assert_eq!((p8[0], p8[27]), (0x30, 0x04), "a P-256 PKCS#8 key");
+            let der = &p8[29..29 + p8[28] as usize];
+            let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+            KeyPem(format!(
+                "-----BEGIN EC PRIVATE KEY-----\n{b64}\n-----END EC PRIVATE KEY-----\n"
+            ))
+        };
+        assert!(KeyPair::from_pem(sec1.expose()).is_ok(), "rcgen reads SEC1");
         refused(&cert, sec1, NOW, "openssl pkcs8 -topk8");
+        // An intermediate (issued by another CA) is refused.
+        let root = Ca::generate("root", NOW).unwrap();
+        let mut p = params("intermediate", NOW, NOW + 86_400).unwrap();
+        p.is_ca = IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let inter_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let inter = p.signed_by(&inter_key, &root.issuer().unwrap()).unwrap();
+        let inter_pem = KeyPem(inter_key.serialize_pem());
+        refused(&inter.pem(), inter_pem, NOW, "not an intermediate");
         refused(
             &format!("{cert}{cert}"),
             key.clone(),

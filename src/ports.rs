@@ -187,9 +187,10 @@ pub trait Members: Send + Sync {
     /// nothing.
     fn identify(&self, ca: &Ca) -> Result<(), Error>;
     /// An adopted cluster's `root` password: where a member refuses the function's own tokens
-    /// (a member of the adopted cluster), log in there as `root` with it. Another password
+    /// (a member of the adopted cluster), log in there as `root` with it; at `login_first` (the
+    /// adopted cluster's endpoints) the function's own tokens are never sent. Another password
     /// replaces it (and the logins made with it).
-    fn use_root_password(&self, password: Password);
+    fn use_root_password(&self, password: Password, login_first: &[String]);
     fn add_learner(
         &self,
         endpoint: &str,

@@ -236,15 +236,21 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         self.members.identify(ca)
     }
 
-    /// ADOPT_ENDPOINTS: the adopted cluster's root password, if the operator stored one, handed
-    /// to the etcd client. Read each invocation (one parameter): a password corrected by the
-    /// operator is used at once, by warm environments too.
+    /// An adopted cluster's root password, if the operator stored one, handed to the etcd
+    /// client: while ADOPT_ENDPOINTS is set, and with TLS=off for good (a plain-HTTP cluster
+    /// adopted with authentication on has no root but by it: the function signs tokens only
+    /// with TLS=managed). Read each invocation (one parameter): a password corrected by the
+    /// operator is used at once, by warm environments too. Not read: a WARN, and the invocation
+    /// goes on (heartbeats need nothing of it).
     async fn adopted_root_password(&self) -> Result<(), Error> {
-        if self.config.settings.adopt.is_empty() {
+        let adopt = &self.config.settings.adopt;
+        if adopt.is_empty() && self.config.pki.is_some() {
             return Ok(());
         }
-        if let Some(password) = self.published.load_root_password().await? {
-            self.members.use_root_password(password);
+        match self.published.load_root_password().await {
+            Ok(Some(password)) => self.members.use_root_password(password, adopt),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "the adopted cluster's root password not read"),
         }
         Ok(())
     }

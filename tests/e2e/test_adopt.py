@@ -133,6 +133,7 @@ def test_adoption_is_refused_for_a_learner_a_member_down_and_authentication_chan
     assert "adopt-test" not in open(f"{sim.workdir}/function.log").read()
 
 
+@pytest.mark.v37
 @pytest.mark.long(150)
 def test_a_cluster_with_its_own_ca_and_authentication_is_adopted_with_its_clients(simulation, outside, tmp_path):
     password = "outside-root-password"

@@ -25,6 +25,7 @@ impl EtcdMembers {
             .root
             .get()
             .filter(|_| self.auth_seen.load(std::sync::atomic::Ordering::Relaxed))
+            .filter(|_| !self.login_first.lock().unwrap().contains(endpoint))
         else {
             return Ok(login.into_iter().collect());
         };
@@ -68,7 +69,15 @@ impl EtcdMembers {
 
     /// From now on, where a member refuses the function's tokens, log in there as `root` with
     /// `password` (an adopted cluster's members: see `EtcdMembers::password`).
-    pub(super) fn with_root_password(&self, password: crate::pki::Password) {
+    pub(super) fn with_root_password(
+        &self,
+        password: crate::pki::Password,
+        login_first: &[String],
+    ) {
+        self.login_first
+            .lock()
+            .unwrap()
+            .extend(login_first.iter().cloned());
         let mut kept = self.password.lock().unwrap();
         if kept.as_ref() != Some(&password) {
             tracing::info!("the adopted cluster's root password is known");
@@ -108,33 +117,31 @@ impl EtcdMembers {
         &self,
         client: &reqwest::Client,
         endpoint: &str,
+        timeout: Option<std::time::Duration>,
     ) -> Result<(), Error> {
         let Some(password) = self.password.lock().unwrap().clone() else {
             return Ok(());
         };
         let body = json!({"name": crate::pki::ROOT_USER, "password": password.expose()});
         let path = "/v3/auth/authenticate";
-        let answer = call::<Value>(
-            client,
-            "auth login as root",
-            endpoint,
-            path,
-            body,
-            None,
-            None,
-        )
-        .await
-        .map_err(|e| match e.refusal() {
-            Some(_) => Error::EtcdRefused {
-                operation: "auth login as root",
-                refusal: Refusal::Other,
-                message: format!(
-                    "{endpoint} refused root's password (the adopted cluster's, \
-                         etcd-asg adopt-secrets): {e}"
-                ),
-            },
-            None => e,
-        })?;
+        let operation = "auth login as root";
+        let answer = call::<Value>(client, operation, endpoint, path, body, timeout, None)
+            .await
+            .map_err(|e| match &e {
+                // etcd's ErrAuthFailed; anything else (no leader, no answer) is no verdict on
+                // the password.
+                Error::EtcdRefused { message, .. } if message.contains("authentication failed") => {
+                    Error::EtcdRefused {
+                        operation,
+                        refusal: Refusal::Other,
+                        message: format!(
+                            "{endpoint} refused root's password (the adopted cluster's, \
+                             etcd-asg adopt-secrets): {message}"
+                        ),
+                    }
+                }
+                _ => e,
+            })?;
         let token = answer["token"].as_str().ok_or(Error::EtcdProtocol {
             operation: "auth login as root",
             detail: "no token in the answer".into(),

@@ -52,6 +52,10 @@ pub struct EtcdMembers {
     /// own), the function logs in there as root and uses that member's token (`logins`).
     password: Mutex<Option<crate::pki::Password>>,
     logins: Mutex<std::collections::HashMap<String, String>>,
+    /// The adopted cluster's endpoints: the function's own tokens are never sent there (etcd
+    /// before 3.4.40, 3.5.26 and 3.6.7 logs a token it refuses whole, and they are root's at
+    /// the stack's members); the function logs in first.
+    login_first: Mutex<std::collections::HashSet<String>>,
     /// The highest revision this process compacted to: what `compacted_up_to` answers when
     /// etcd's authentication keeps it from reading the history.
     compacted_to: Mutex<i64>,
@@ -77,6 +81,7 @@ impl EtcdMembers {
             signers: Mutex::default(),
             password: Mutex::new(None),
             logins: Mutex::default(),
+            login_first: Mutex::default(),
             compacted_to: Mutex::new(0),
             metrics_port: None,
         })
@@ -197,8 +202,13 @@ impl EtcdMembers {
             }
             if !logged_in && self.may_log_in(&r) {
                 logged_in = true;
-                self.log_in(&client, endpoint).await?;
-                continue;
+                // A refused password says so; a login that got no verdict leaves the call's
+                // own refusal.
+                match self.log_in(&client, endpoint, timeout).await {
+                    Ok(()) => continue,
+                    Err(e) if e.to_string().contains("refused root's password") => return Err(e),
+                    Err(_) => return r,
+                }
             }
             return r;
         }
@@ -227,8 +237,8 @@ impl Members for EtcdMembers {
         self.managed_by(ca, unix_now())
     }
 
-    fn use_root_password(&self, password: crate::pki::Password) {
-        self.with_root_password(password)
+    fn use_root_password(&self, password: crate::pki::Password, login_first: &[String]) {
+        self.with_root_password(password, login_first)
     }
 
     async fn add_learner(&self, endpoint: &str, peer_url: &str) -> Result<MemberId, Error> {

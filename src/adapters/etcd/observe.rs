@@ -258,7 +258,7 @@ impl EtcdMembers {
         for url in &refused {
             if self.password_known() {
                 let client = self.client()?;
-                match self.log_in(&client, url).await {
+                match self.log_in(&client, url, Some(HEALTH_TIMEOUT)).await {
                     Ok(()) => again = true,
                     Err(e) => tracing::warn!(endpoint = %url, error = %e, "cannot log in as root"),
                 }
