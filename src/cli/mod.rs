@@ -7,7 +7,7 @@ pub mod commands;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use serde_json::{json, Value};
 
-use crate::model::{ClusterState, ClusterView, Instance, Member, Observation, Timestamp};
+use crate::model::{ClusterState, ClusterView, Instance, Member, MemberId, Observation, Timestamp};
 use crate::planner::{Plan, Step};
 use crate::ports::PrefixGrant;
 
@@ -244,6 +244,9 @@ fn state_lines(obs: &Observation) -> String {
         }
         None => out += "cluster record: none (no cluster bootstrapped yet)\n",
     }
+    if let Some(line) = adoption_line(obs) {
+        out += &line;
+    }
     if let ClusterState::Known(v) = &obs.cluster {
         out += &format!(
             "cluster version: {}\n",
@@ -274,6 +277,37 @@ fn state_lines(obs: &Observation) -> String {
     out
 }
 
+/// The old members an adoption still has to see leave (those the cluster still lists, when it
+/// answers; else all it began with), and how many it began with.
+fn adoption_left(obs: &Observation) -> Option<(Vec<MemberId>, usize)> {
+    let adopting = obs.published.cluster.as_ref()?.adopting.as_ref()?;
+    let left = adopting
+        .members
+        .iter()
+        .map(|&id| MemberId(id))
+        .filter(|id| match &obs.cluster {
+            ClusterState::Known(v) => v.member(*id).is_some(),
+            ClusterState::Unreachable { .. } => true,
+        })
+        .collect();
+    Some((left, adopting.members.len()))
+}
+
+/// Where an adoption stands (docs/adopting.md): the old members left of those it began with.
+fn adoption_line(obs: &Observation) -> Option<String> {
+    let (left, began) = adoption_left(obs)?;
+    let ids: Vec<String> = left.iter().map(ToString::to_string).collect();
+    Some(format!(
+        "adoption: under way, {} of the {began} old members left ({})\n",
+        left.len(),
+        if ids.is_empty() {
+            "none: the record says so next".into()
+        } else {
+            ids.join(", ")
+        }
+    ))
+}
+
 pub fn status_json(obs: &Observation, plan: &Plan, rows: &[Row]) -> Value {
     let (alarms, reachable) = match &obs.cluster {
         ClusterState::Known(v) => (
@@ -290,6 +324,10 @@ pub fn status_json(obs: &Observation, plan: &Plan, rows: &[Row]) -> Value {
         "cluster_record": obs.published.cluster.as_ref().map(|r| json!({
             "token": r.token, "seed": r.seed, "created_at": r.created_at,
             "served": r.has_served(), "cluster_id": r.cluster_id.map(|id| format!("{id:x}")),
+        })),
+        "adoption": adoption_left(obs).map(|(left, began)| json!({
+            "old_members_left": left.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "old_members_at_start": began,
         })),
         "reachable": reachable,
         "cluster_version": match &obs.cluster {
@@ -547,6 +585,8 @@ mod tests {
         }
     }
 
+    /// Long: one observation built in full, rendered as the table and as JSON, then again with
+    /// an adoption under way in its record.
     #[test]
     fn rows_join_instances_to_members_and_list_members_without_one() {
         let voter = |n: u64, name: &str| Member {
@@ -616,8 +656,26 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("cluster record: none"), "{text}");
+        assert!(!text.contains("adoption:"), "{text}");
         let j = status_json(&obs, &plan, &rows);
         assert_eq!(j["rows"][0]["member"], "1");
         assert_eq!(j["plan"]["step"], "idle");
+        assert!(j["adoption"].is_null());
+        // An adoption under way: of old members 2 and 7, member 2 is still listed.
+        let mut adopting = obs;
+        adopting.published.cluster = Some(crate::model::ClusterRecord {
+            adopting: Some(crate::model::Adopting {
+                members: vec![2, 7],
+                since: 1,
+            }),
+            ..crate::model::ClusterRecord::bootstrapping("c-adopted-1".into(), "old-1".into(), 1)
+        });
+        let text = status_text(&adopting, &plan, &rows);
+        assert!(
+            text.contains("adoption: under way, 1 of the 2 old members left (2)"),
+            "{text}"
+        );
+        let j = status_json(&adopting, &plan, &rows);
+        assert_eq!(j["adoption"]["old_members_left"], json!(["2"]));
     }
 }
