@@ -651,24 +651,16 @@ fn etcdctl(
     let ca_file = write("ctl-ca.crt".into(), &ca.cert_pem);
     let cert_file = write(format!("{user}.crt"), &cert.cert_pem);
     let key_file = write(format!("{user}.key"), cert.key_pem.expose());
-    let bin = std::path::Path::new(&support::etcd_bin()).with_file_name("etcdctl");
-    let out = std::process::Command::new(bin)
-        .env_clear()
-        .env("ETCDCTL_API", "3")
-        .args(["--endpoints", endpoint, "--dial-timeout", "3s"])
-        .args(["--command-timeout", "5s"])
-        .args([
-            "--cacert", &ca_file, "--cert", &cert_file, "--key", &key_file,
-        ])
-        .args(args)
-        .output()
-        .unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
-    if out.status.success() {
-        Ok(text(&out.stdout))
-    } else {
-        Err(format!("{} {}", text(&out.stdout), text(&out.stderr)))
-    }
+    let mut all = vec![
+        "--cacert",
+        ca_file.as_str(),
+        "--cert",
+        cert_file.as_str(),
+        "--key",
+        key_file.as_str(),
+    ];
+    all.extend_from_slice(args);
+    etcdctl_plain(endpoint, &all)
 }
 
 /// etcd's authentication as the function runs it: turned on through the JSON gateway with root
@@ -1020,7 +1012,8 @@ async fn status_refused_without_a_token_while_member_list_answers_is_asked_again
     }
 }
 
-/// etcdctl over plain HTTP with `args` (a `--user` among them where needed).
+/// etcdctl with `args` (a `--user` among them where needed, certificates for TLS). Its output,
+/// or its error text.
 fn etcdctl_plain(endpoint: &str, args: &[&str]) -> Result<String, String> {
     let bin = std::path::Path::new(&support::etcd_bin()).with_file_name("etcdctl");
     let out = std::process::Command::new(bin)
