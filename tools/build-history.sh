@@ -10,7 +10,8 @@ set -euo pipefail
 
 dest=${1:?DEST}
 src=$(cd "$(dirname "$0")/../tests/history" && pwd)
-stamp=$(cat "$src/go.mod" "$src/go.sum" "$src"/*.go | sha256sum | cut -c1-16)
+# Every .go file, in subfolders too (tests and any internal packages), in a fixed order.
+stamp=$( (cat "$src/go.mod" "$src/go.sum"; find "$src" -name '*.go' -print0 | LC_ALL=C sort -z | xargs -0 cat) | sha256sum | cut -c1-16)
 if [ -f "$dest/.stamp-$stamp" ] && [ -x "$dest/history" ]; then
     exit 0
 fi

@@ -142,6 +142,9 @@ func parseHistory(r io.Reader) (*History, error) {
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			return nil, fmt.Errorf("line %d: %w", n, err)
 		}
+		if err := l.validate(); err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
 		switch {
 		case l.Op != nil:
 			h.Ops = append(h.Ops, *l.Op)
@@ -237,6 +240,46 @@ func (o *Op) keysWritten() []string {
 	return out
 }
 
+// values: every value an operation tries to write.
+func (o *Op) values() []string {
+	if o.Kind == "put" {
+		return []string{o.Value}
+	}
+	var out []string
+	for _, t := range append(append([]TxnOp{}, o.Then...), o.Else...) {
+		if t.Kind == "put" {
+			out = append(out, t.Value)
+		}
+	}
+	return out
+}
+
+// deletes says whether an operation can delete key: a delete of it, a revoke of the lease it
+// was put with, a transaction with a delete of it in either branch.
+func (o *Op) deletes(key string) bool {
+	switch o.Kind {
+	case "delete", "revoke":
+		return o.Key == key
+	case "txn":
+		for _, t := range append(append([]TxnOp{}, o.Then...), o.Else...) {
+			if t.Kind == "delete" && t.Key == key {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// branchWrites says whether a transaction's branch can change the store.
+func branchWrites(ops []TxnOp) bool {
+	for _, t := range ops {
+		if t.Kind != "get" {
+			return true
+		}
+	}
+	return false
+}
+
 func txnKeys(o *Op) []string {
 	var out []string
 	for _, t := range o.Then {
@@ -249,3 +292,53 @@ func txnKeys(o *Op) []string {
 }
 
 func secs(ns int64) string { return fmt.Sprintf("%.3fs", float64(ns)/1e9) }
+
+// The kinds the recorder writes: anything else is not a history it wrote.
+var (
+	opKinds    = map[string]bool{"get": true, "sget": true, "range": true, "put": true, "delete": true, "txn": true, "grant": true, "revoke": true, "keepalive": true}
+	txnKinds   = map[string]bool{"get": true, "put": true, "delete": true}
+	statuses   = map[string]bool{"ok": true, "fail": true, "gone": true}
+	eventTypes = map[string]bool{"PUT": true, "DELETE": true}
+)
+
+// validate refuses a line the recorder cannot have written: the checker would otherwise judge
+// nonsense (or fail on it) instead of saying the input is wrong.
+func (l *Line) validate() error {
+	switch {
+	case l.Op != nil:
+		return l.Op.validate()
+	case l.Watch != nil:
+		for _, e := range l.Watch.Events {
+			if !eventTypes[e.Type] {
+				return fmt.Errorf("watch %d session %d: event type %q (PUT or DELETE)", l.Watch.Watcher, l.Watch.Session, e.Type)
+			}
+		}
+		if l.Watch.Time < 0 {
+			return fmt.Errorf("watch %d session %d: a response at a negative time", l.Watch.Watcher, l.Watch.Session)
+		}
+	}
+	return nil
+}
+
+func (o *Op) validate() error {
+	switch {
+	case !opKinds[o.Kind]:
+		return fmt.Errorf("operation of unknown kind %q (stream %d, worker %d)", o.Kind, o.Stream, o.Worker)
+	case !statuses[o.Status]:
+		return fmt.Errorf("%s: unknown status %q (ok, fail or gone)", describeOp(o), o.Status)
+	case o.Call < 0 || o.Return < o.Call:
+		return fmt.Errorf("%s: returns before its call (call %d, return %d)", describeOp(o), o.Call, o.Return)
+	case o.Status == "ok" && o.Header == nil:
+		return fmt.Errorf("%s: answered with no response header", describeOp(o))
+	case o.Kind == "txn" && o.Compare == "":
+		return fmt.Errorf("%s: a transaction with no compare", describeOp(o))
+	}
+	for _, t := range append(append([]TxnOp{}, o.Then...), o.Else...) {
+		if !txnKinds[t.Kind] {
+			return fmt.Errorf("%s: transaction operation of unknown kind %q", describeOp(o), t.Kind)
+		}
+	}
+	return nil
+}
+
+func itoa(n int64) string { return fmt.Sprintf("%d", n) }

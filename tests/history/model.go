@@ -22,9 +22,28 @@ const groupSize = 2
 type kstate struct {
 	Present bool
 	Value   string
-	Mod     int64 // exact if ModExact, else a lower bound
+	Mod     int64 // exact if Exact, else a lower bound
 	Exact   bool
 	Lease   int64
+	Version int64 // 0: not known (a key restored from a backup)
+	Create  int64 // exact if CreateExact, else a lower bound
+	// CreateExact: Create is the key's create revision.
+	CreateExact bool
+}
+
+// put is a key after a put at revision rev (exact or a lower bound): a new key's version is 1
+// and its create revision the put's; an existing key's version goes up by one.
+func put(k kstate, value string, lease, rev int64, exact bool) kstate {
+	n := kstate{Present: true, Value: value, Mod: rev, Exact: exact, Lease: lease}
+	switch {
+	case !k.Present:
+		n.Version, n.Create, n.CreateExact = 1, rev, exact
+	case k.Version != 0:
+		n.Version, n.Create, n.CreateExact = k.Version+1, k.Create, k.CreateExact
+	default:
+		n.Create, n.CreateExact = k.Create, k.CreateExact
+	}
+	return n
 }
 
 type state struct {
@@ -45,6 +64,11 @@ type mop struct {
 	// For reads split by group: the keys of this group the read covered, and what it returned.
 	cover [groupSize]bool
 	kvs   []KV
+	// noThen: a transaction of unknown outcome whose Then branch is known not applied (its
+	// values never seen where a watch would have shown them); its Else branch may have been.
+	noThen bool
+	// versions: reads are checked for each key's version and create revision too.
+	versions bool
 }
 
 func (s state) describe(keyName func(int) string) string {
@@ -70,27 +94,43 @@ func hashState(s state) uint64 {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%d", s.Rev)
 	for _, k := range s.K {
-		fmt.Fprintf(h, "|%t|%s|%d|%t|%d", k.Present, k.Value, k.Mod, k.Exact, k.Lease)
+		fmt.Fprintf(h, "|%t|%s|%d|%t|%d|%d|%d|%t", k.Present, k.Value, k.Mod, k.Exact, k.Lease, k.Version, k.Create, k.CreateExact)
 	}
 	return h.Sum64()
 }
 
 // observe checks what a read returned of one key against the state: the new state and whether
 // it could be.
-func observe(k kstate, got *KV, rev int64) (kstate, bool) {
+func observe(k kstate, got *KV, rev int64, versions bool) (kstate, bool) {
 	if got == nil {
 		return k, !k.Present
 	}
 	if !k.Present || k.Value != got.Value || k.Lease != got.Lease || got.Mod > rev {
 		return k, false
 	}
-	if k.Exact {
-		return k, k.Mod == got.Mod
-	}
-	if got.Mod < k.Mod {
+	if k.Exact && k.Mod != got.Mod || !k.Exact && got.Mod < k.Mod {
 		return k, false
 	}
 	k.Mod, k.Exact = got.Mod, true
+	if !versions {
+		return k, true
+	}
+	return observeVersion(k, got)
+}
+
+// observeVersion: a key's version and create revision as read, against the state's. A version
+// is 1 exactly when the key was created at its mod revision.
+func observeVersion(k kstate, got *KV) (kstate, bool) {
+	if got.Version < 1 || got.Create < 1 || got.Create > got.Mod || (got.Version == 1) != (got.Create == got.Mod) {
+		return k, false
+	}
+	if k.Version != 0 && k.Version != got.Version {
+		return k, false
+	}
+	if k.CreateExact && k.Create != got.Create || !k.CreateExact && got.Create < k.Create {
+		return k, false
+	}
+	k.Version, k.Create, k.CreateExact = got.Version, got.Create, true
 	return k, true
 }
 
@@ -106,21 +146,21 @@ func findKV(kvs []KV, key string) *KV {
 // applyTxnBranch runs a branch's operations on the state at revision `rev` (exact or a lower
 // bound): the new state, whether the branch wrote, and whether its reads matched `kvs`/`deleted`
 // (not checked when `check` is false: the outcome is unknown).
-func applyBranch(s state, ops []TxnOp, slot map[string]int, rev int64, exact bool, check bool, kvs []KV, deleted int64) (state, bool, bool) {
+func applyBranch(s state, ops []TxnOp, m *mop, rev int64, exact bool, check bool, kvs []KV, deleted int64) (state, bool, bool) {
 	wrote := false
 	var dels int64
 	for _, t := range ops {
-		i := slot[t.Key]
+		i := m.slot[t.Key]
 		switch t.Kind {
 		case "get":
 			if check {
 				var ok bool
-				if s.K[i], ok = observe(s.K[i], findKV(kvs, t.Key), rev); !ok {
+				if s.K[i], ok = observe(s.K[i], findKV(kvs, t.Key), rev, m.versions); !ok {
 					return s, wrote, false
 				}
 			}
 		case "put":
-			s.K[i] = kstate{Present: true, Value: t.Value, Mod: rev, Exact: exact, Lease: t.Lease}
+			s.K[i] = put(s.K[i], t.Value, t.Lease, rev, exact)
 			wrote = true
 		case "delete":
 			if s.K[i].Present {
@@ -157,7 +197,7 @@ func step(s state, m *mop) []state {
 				continue
 			}
 			var ok bool
-			if n.K[i], ok = observe(n.K[i], findKV(m.kvs, key), rev); !ok {
+			if n.K[i], ok = observe(n.K[i], findKV(m.kvs, key), rev, m.versions); !ok {
 				return nil
 			}
 		}
@@ -168,7 +208,7 @@ func step(s state, m *mop) []state {
 			return nil
 		}
 		n := s
-		n.K[m.slot[o.Key]] = kstate{Present: true, Value: o.Value, Mod: rev, Exact: true, Lease: o.Lease}
+		n.K[m.slot[o.Key]] = put(s.K[m.slot[o.Key]], o.Value, o.Lease, rev, true)
 		n.Rev = rev
 		return []state{n}
 	case "delete", "revoke":
@@ -197,7 +237,7 @@ func step(s state, m *mop) []state {
 			if branch.then {
 				ops = o.Then
 			}
-			n, wrote, ok := applyBranch(branch.s, ops, m.slot, rev, true, m.seenRev == 0, o.KVs, o.Deleted)
+			n, wrote, ok := applyBranch(branch.s, ops, m, rev, true, m.seenRev == 0, o.KVs, o.Deleted)
 			if !ok || (wrote && rev <= s.Rev) {
 				continue
 			}
@@ -242,7 +282,7 @@ func applyUnknown(s state, m *mop) []state {
 	switch o.Kind {
 	case "put":
 		n := s
-		n.K[m.slot[o.Key]] = kstate{Present: true, Value: o.Value, Mod: rev, Lease: o.Lease}
+		n.K[m.slot[o.Key]] = put(s.K[m.slot[o.Key]], o.Value, o.Lease, rev, false)
 		n.Rev = rev
 		return []state{n}
 	case "delete", "revoke":
@@ -257,11 +297,14 @@ func applyUnknown(s state, m *mop) []state {
 	case "txn":
 		var out []state
 		for _, b := range txnBranches(s, m) {
+			if b.then && m.noThen {
+				continue
+			}
 			ops := o.Else
 			if b.then {
 				ops = o.Then
 			}
-			n, wrote, _ := applyBranch(b.s, ops, m.slot, rev, false, false, nil, 0)
+			n, wrote, _ := applyBranch(b.s, ops, m, rev, false, false, nil, 0)
 			if wrote {
 				n.Rev = rev
 				out = append(out, n)

@@ -11,14 +11,9 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand"
-	"os"
-	"os/signal"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -133,15 +128,7 @@ func (c *client) step(ctx context.Context) {
 	case pick < 27:
 		c.get(ctx, k, true)
 	case pick < 37:
-		start := c.r.key(2 * group)
-		end := c.r.key(2*group + 2)
-		c.do(ctx, Op{Kind: "range", Key: start, End: end}, func(ctx context.Context, o *Op) error {
-			resp, err := c.cli.Get(ctx, start, clientv3.WithRange(end))
-			if err == nil {
-				o.Header, o.KVs = header(resp.Header), kvs(resp.Kvs)
-			}
-			return err
-		})
+		c.rangeGroup(ctx, group)
 	case pick < 60:
 		v := c.value()
 		c.do(ctx, Op{Kind: "put", Key: k, Value: v}, func(ctx context.Context, o *Op) error {
@@ -177,34 +164,57 @@ func (c *client) step(ctx context.Context) {
 		c.leasePut(ctx)
 	case pick < 95:
 		if c.lease != 0 {
-			id, key := c.lease, c.leaseKey
-			o := c.do(ctx, Op{Kind: "revoke", Key: key, Lease: int64(id)}, func(ctx context.Context, o *Op) error {
-				resp, err := c.cli.Revoke(ctx, id)
-				if err == nil {
-					o.Header = header(resp.Header)
-				}
-				return err
-			})
-			if o.Status != "fail" {
-				c.lease = 0
-			}
+			c.revoke(ctx)
 		} else {
 			c.get(ctx, k, false)
 		}
 	default:
 		if c.lease != 0 {
-			id := c.lease
-			c.do(ctx, Op{Kind: "keepalive", Key: c.leaseKey, Lease: int64(id)}, func(ctx context.Context, o *Op) error {
-				resp, err := c.cli.KeepAliveOnce(ctx, id)
-				if err == nil {
-					o.Header, o.TTL = header(resp.ResponseHeader), resp.TTL
-				}
-				return err
-			})
+			c.keepalive(ctx)
 		} else {
 			c.get(ctx, k, true)
 		}
 	}
+}
+
+// rangeGroup reads both keys of a group at once.
+func (c *client) rangeGroup(ctx context.Context, group int) {
+	start := c.r.key(2 * group)
+	end := c.r.key(2*group + 2)
+	c.do(ctx, Op{Kind: "range", Key: start, End: end}, func(ctx context.Context, o *Op) error {
+		resp, err := c.cli.Get(ctx, start, clientv3.WithRange(end))
+		if err == nil {
+			o.Header, o.KVs = header(resp.Header), kvs(resp.Kvs)
+		}
+		return err
+	})
+}
+
+// revoke revokes the client's lease (and with it the key put with it).
+func (c *client) revoke(ctx context.Context) {
+	id, key := c.lease, c.leaseKey
+	o := c.do(ctx, Op{Kind: "revoke", Key: key, Lease: int64(id)}, func(ctx context.Context, o *Op) error {
+		resp, err := c.cli.Revoke(ctx, id)
+		if err == nil {
+			o.Header = header(resp.Header)
+		}
+		return err
+	})
+	if o.Status != "fail" {
+		c.lease = 0
+	}
+}
+
+// keepalive renews the client's lease once.
+func (c *client) keepalive(ctx context.Context) {
+	id := c.lease
+	c.do(ctx, Op{Kind: "keepalive", Key: c.leaseKey, Lease: int64(id)}, func(ctx context.Context, o *Op) error {
+		resp, err := c.cli.KeepAliveOnce(ctx, id)
+		if err == nil {
+			o.Header, o.TTL = header(resp.ResponseHeader), resp.TTL
+		}
+		return err
+	})
 }
 
 func (c *client) get(ctx context.Context, k string, serializable bool) {
@@ -394,217 +404,4 @@ func newClient(endpoints []string, tlsInfo *transport.TLSInfo) (*clientv3.Client
 		AutoSyncInterval:     0, // through the load balancer: the members' own URLs are not the clients' to use
 		Logger:               zap.NewNop(),
 	})
-}
-
-func record(args []string) error {
-	fs := flag.NewFlagSet("record", flag.ExitOnError)
-	endpoint := fs.String("endpoint", "", "the load balancer's client URL (https://host:port); several, comma-separated, for clients that fail over (an adoption: the old members, then the stack's)")
-	members := fs.String("members", "", "member client URLs some clients are pinned to (comma-separated; optional)")
-	pinned := fs.Int("pinned", 2, "how many of the clients are pinned to members (one member each, round robin)")
-	pinnedSerializable := fs.Bool("pinned-serializable", false, "pinned clients only read, serializably (a member's own view)")
-	cacert := fs.String("cacert", "", "CA certificate file")
-	cert := fs.String("cert", "", "client certificate file")
-	key := fs.String("key", "", "client key file")
-	prefix := fs.String("prefix", "/history/", "the only prefix written")
-	clients := fs.Int("clients", 8, "concurrent clients")
-	keys := fs.Int("keys", 10, "keys under the prefix")
-	rate := fs.Float64("rate", 60, "operations a second, all clients together")
-	out := fs.String("out", "", "the history file written at the end")
-	stopFile := fs.String("stop-file", "", "stop when this file exists (or on SIGTERM)")
-	readyFile := fs.String("ready-file", "", "created once the cluster has answered and the recording has begun")
-	maxDuration := fs.Duration("max", 30*time.Minute, "stop after this long in any case")
-	timeout := fs.Duration("timeout", 2*time.Second, "each operation's deadline")
-	seed := fs.Int64("seed", time.Now().UnixNano(), "traffic's random seed")
-	_ = fs.Parse(args)
-	if *endpoint == "" || *out == "" {
-		return fmt.Errorf("record needs -endpoint and -out")
-	}
-	if !strings.HasSuffix(*prefix, "/") || *keys < 2 || *clients < 1 || *rate <= 0 {
-		return fmt.Errorf("bad settings: prefix %q must end with /, keys %d ≥ 2, clients %d ≥ 1, rate %v > 0", *prefix, *keys, *clients, *rate)
-	}
-	var tlsInfo *transport.TLSInfo
-	if *cacert != "" {
-		tlsInfo = &transport.TLSInfo{TrustedCAFile: *cacert, CertFile: *cert, KeyFile: *key}
-	}
-	r := &recorder{start: time.Now(), prefix: *prefix, keys: *keys, stopped: make(chan struct{})}
-	r.hist.Meta = Meta{Prefix: *prefix, Keys: *keys, Clients: *clients, Started: r.start.UTC().Format(time.RFC3339Nano)}
-
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	go func() {
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		deadline := time.After(*maxDuration)
-		for {
-			select {
-			case <-sig:
-				stop()
-				return
-			case <-deadline:
-				stop()
-				return
-			case <-t.C:
-				if *stopFile != "" {
-					if _, err := os.Stat(*stopFile); err == nil {
-						stop()
-						return
-					}
-				}
-			}
-		}
-	}()
-
-	endpoints := strings.Split(*endpoint, ",")
-	lb, err := newClient(endpoints, tlsInfo)
-	if err != nil {
-		return fmt.Errorf("client for %s: %w", *endpoint, err)
-	}
-	defer lb.Close()
-	// The watches start from the revision the first listing saw: everything after it is theirs.
-	var from int64
-	for from == 0 {
-		gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		resp, err := lb.Get(gctx, *prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-		cancel()
-		if err == nil {
-			from = resp.Header.Revision + 1
-			break
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("the cluster never answered at %s: %w", *endpoint, err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	if *readyFile != "" {
-		if err := os.WriteFile(*readyFile, []byte(fmt.Sprintf("%d\n", from)), 0o644); err != nil {
-			return fmt.Errorf("ready file: %w", err)
-		}
-	}
-	var watchers sync.WaitGroup
-	wctx, wstop := context.WithCancel(context.Background())
-	for w := 0; w < 2; w++ {
-		wc, err := newClient(endpoints, tlsInfo)
-		if err != nil {
-			wstop()
-			return err
-		}
-		defer wc.Close()
-		watchers.Add(1)
-		go r.watch(wctx, wc, w, from, &watchers)
-	}
-
-	memberURLs := []string{}
-	for _, m := range strings.Split(*members, ",") {
-		if m = strings.TrimSpace(m); m != "" {
-			memberURLs = append(memberURLs, m)
-		}
-	}
-	var streams int
-	var streamMu sync.Mutex
-	var workers sync.WaitGroup
-	pause := time.Duration(float64(*clients) / *rate * float64(time.Second))
-	for i := 0; i < *clients; i++ {
-		cl, endpointName := lb, "lb"
-		onlySget := false
-		if i < *pinned && len(memberURLs) > 0 {
-			onlySget = *pinnedSerializable
-			endpointName = memberURLs[i%len(memberURLs)]
-			if cl, err = newClient([]string{endpointName}, tlsInfo); err != nil {
-				wstop()
-				return err
-			}
-			defer cl.Close()
-		} else if cl, err = newClient(endpoints, tlsInfo); err != nil {
-			wstop()
-			return err
-		} else {
-			defer cl.Close()
-		}
-		c := &client{r: r, id: i, stream: &streams, streamMu: &streamMu, cli: cl, endpoint: endpointName,
-			rng: rand.New(rand.NewSource(*seed + int64(i))), mods: map[string]int64{}, timeout: *timeout, onlySget: onlySget}
-		c.newStream()
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			next := time.Now()
-			for ctx.Err() == nil {
-				c.step(context.Background())
-				next = next.Add(pause)
-				if d := time.Until(next); d > 0 {
-					select {
-					case <-time.After(d):
-					case <-ctx.Done():
-					}
-				} else {
-					next = time.Now()
-				}
-				if c.failed {
-					// A cluster that fails is not hammered: a short pause, as a client backs off.
-					time.Sleep(250 * time.Millisecond)
-					next = time.Now()
-				}
-			}
-		}()
-	}
-	workers.Wait()
-	// The last write and read must succeed (etcd's robustness tests end the same way): the final
-	// state every check is measured against. Tried for up to a minute.
-	fc := &client{r: r, id: *clients, stream: &streams, streamMu: &streamMu, cli: lb, endpoint: "lb",
-		rng: rand.New(rand.NewSource(*seed)), mods: map[string]int64{}, timeout: 3 * time.Second}
-	fc.newStream()
-	finalOK := false
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
-		k, v := r.key(0), fc.value()
-		o := fc.do(context.Background(), Op{Kind: "put", Key: k, Value: v, Final: true}, func(ctx context.Context, o *Op) error {
-			resp, err := lb.Put(ctx, k, v)
-			if err == nil {
-				o.Header = header(resp.Header)
-			}
-			return err
-		})
-		if o.Status == "ok" {
-			finalOK = true
-			break
-		}
-	}
-	if finalOK {
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
-			o := fc.do(context.Background(), Op{Kind: "range", Key: *prefix, End: clientv3.GetPrefixRangeEnd(*prefix), Final: true},
-				func(ctx context.Context, o *Op) error {
-					resp, err := lb.Get(ctx, *prefix, clientv3.WithPrefix())
-					if err == nil {
-						o.Header, o.KVs = header(resp.Header), kvs(resp.Kvs)
-					}
-					return err
-				})
-			if o.Status == "ok" {
-				break
-			}
-		}
-		// The watches' last progress, after the final write, before they stop.
-		time.Sleep(1500 * time.Millisecond)
-	}
-	wstop()
-	watchers.Wait()
-	f, err := os.Create(*out)
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	err = writeHistory(f, &r.hist)
-	r.mu.Unlock()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	fmt.Printf("recorded %d operations, %d watch responses in %s to %s\n", len(r.hist.Ops), len(r.hist.Watches),
-		time.Since(r.start).Round(time.Millisecond), *out)
-	if !finalOK {
-		return fmt.Errorf("the final write never succeeded: the cluster did not come back within a minute of the stop")
-	}
-	return nil
 }

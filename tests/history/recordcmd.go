@@ -1,0 +1,294 @@
+package main
+
+// `history record`: its flags, the stop conditions, the watches and clients started, and the
+// final write and read every check is measured against.
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// recordConfig is `history record`'s command line.
+type recordConfig struct {
+	endpoint, members, cacert, cert, key, prefix, out, stopFile, readyFile string
+	pinned, clients, keys                                                  int
+	pinnedSerializable                                                     bool
+	rate                                                                   float64
+	maxDuration, timeout                                                   time.Duration
+	seed                                                                   int64
+}
+
+func parseRecordFlags(args []string) (*recordConfig, error) {
+	cfg := &recordConfig{}
+	fs := flag.NewFlagSet("record", flag.ExitOnError)
+	fs.StringVar(&cfg.endpoint, "endpoint", "", "the load balancer's client URL (https://host:port); several, comma-separated, for clients that fail over (an adoption: the old members, then the stack's)")
+	fs.StringVar(&cfg.members, "members", "", "member client URLs some clients are pinned to (comma-separated; optional)")
+	fs.IntVar(&cfg.pinned, "pinned", 2, "how many of the clients are pinned to members (one member each, round robin)")
+	fs.BoolVar(&cfg.pinnedSerializable, "pinned-serializable", false, "pinned clients only read, serializably (a member's own view)")
+	fs.StringVar(&cfg.cacert, "cacert", "", "CA certificate file")
+	fs.StringVar(&cfg.cert, "cert", "", "client certificate file")
+	fs.StringVar(&cfg.key, "key", "", "client key file")
+	fs.StringVar(&cfg.prefix, "prefix", "/history/", "the only prefix written")
+	fs.IntVar(&cfg.clients, "clients", 8, "concurrent clients")
+	fs.IntVar(&cfg.keys, "keys", 10, "keys under the prefix")
+	fs.Float64Var(&cfg.rate, "rate", 60, "operations a second, all clients together")
+	fs.StringVar(&cfg.out, "out", "", "the history file written at the end")
+	fs.StringVar(&cfg.stopFile, "stop-file", "", "stop when this file exists (or on SIGTERM)")
+	fs.StringVar(&cfg.readyFile, "ready-file", "", "created once the cluster has answered and the recording has begun")
+	fs.DurationVar(&cfg.maxDuration, "max", 30*time.Minute, "stop after this long in any case")
+	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Second, "each operation's deadline")
+	fs.Int64Var(&cfg.seed, "seed", time.Now().UnixNano(), "traffic's random seed")
+	_ = fs.Parse(args)
+	if cfg.endpoint == "" || cfg.out == "" {
+		return nil, fmt.Errorf("record needs -endpoint and -out")
+	}
+	if !strings.HasSuffix(cfg.prefix, "/") || cfg.keys < 2 || cfg.clients < 1 || cfg.rate <= 0 {
+		return nil, fmt.Errorf("bad settings: prefix %q must end with /, keys %d ≥ 2, clients %d ≥ 1, rate %v > 0", cfg.prefix, cfg.keys, cfg.clients, cfg.rate)
+	}
+	return cfg, nil
+}
+
+func record(args []string) error {
+	cfg, err := parseRecordFlags(args)
+	if err != nil {
+		return err
+	}
+	var tlsInfo *transport.TLSInfo
+	if cfg.cacert != "" {
+		tlsInfo = &transport.TLSInfo{TrustedCAFile: cfg.cacert, CertFile: cfg.cert, KeyFile: cfg.key}
+	}
+	r := &recorder{start: time.Now(), prefix: cfg.prefix, keys: cfg.keys, stopped: make(chan struct{})}
+	r.hist.Meta = Meta{Prefix: cfg.prefix, Keys: cfg.keys, Clients: cfg.clients, Started: r.start.UTC().Format(time.RFC3339Nano)}
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	go stopWhen(cfg, sig, stop)
+
+	endpoints := strings.Split(cfg.endpoint, ",")
+	lb, err := newClient(endpoints, tlsInfo)
+	if err != nil {
+		return fmt.Errorf("client for %s: %w", cfg.endpoint, err)
+	}
+	defer lb.Close()
+	from, err := firstRevision(ctx, lb, cfg)
+	if err != nil {
+		return err
+	}
+	var closers []*clientv3.Client
+	defer func() {
+		for _, cl := range closers {
+			cl.Close()
+		}
+	}()
+	var watchers sync.WaitGroup
+	wctx, wstop := context.WithCancel(context.Background())
+	defer wstop()
+	for w := 0; w < 2; w++ {
+		wc, err := newClient(endpoints, tlsInfo)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, wc)
+		watchers.Add(1)
+		go r.watch(wctx, wc, w, from, &watchers)
+	}
+	var streams int
+	var streamMu sync.Mutex
+	if err := r.runClients(ctx, cfg, endpoints, tlsInfo, &streams, &streamMu, &closers); err != nil {
+		return err
+	}
+	finalOK := r.finalOps(lb, cfg, &streams, &streamMu)
+	wstop()
+	watchers.Wait()
+	if err := r.write(cfg.out); err != nil {
+		return err
+	}
+	if !finalOK {
+		return fmt.Errorf("the final write never succeeded: the cluster did not come back within a minute of the stop")
+	}
+	return nil
+}
+
+// stopWhen calls stop on SIGTERM or SIGINT, once the stop file exists, or after the longest
+// recording.
+func stopWhen(cfg *recordConfig, sig <-chan os.Signal, stop func()) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	deadline := time.After(cfg.maxDuration)
+	for {
+		select {
+		case <-sig:
+			stop()
+			return
+		case <-deadline:
+			stop()
+			return
+		case <-t.C:
+			if cfg.stopFile != "" {
+				if _, err := os.Stat(cfg.stopFile); err == nil {
+					stop()
+					return
+				}
+			}
+		}
+	}
+}
+
+// firstRevision: the watches start from the revision the first listing saw (everything after it
+// is theirs); the ready file says it.
+func firstRevision(ctx context.Context, lb *clientv3.Client, cfg *recordConfig) (int64, error) {
+	var from int64
+	for from == 0 {
+		gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		resp, err := lb.Get(gctx, cfg.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		cancel()
+		if err == nil {
+			from = resp.Header.Revision + 1
+			break
+		}
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("the cluster never answered at %s: %w", cfg.endpoint, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if cfg.readyFile != "" {
+		if err := os.WriteFile(cfg.readyFile, []byte(fmt.Sprintf("%d\n", from)), 0o644); err != nil {
+			return 0, fmt.Errorf("ready file: %w", err)
+		}
+	}
+	return from, nil
+}
+
+// runClients runs the clients until ctx ends (some pinned to members), at the rate asked.
+func (r *recorder) runClients(ctx context.Context, cfg *recordConfig, endpoints []string, tlsInfo *transport.TLSInfo,
+	streams *int, streamMu *sync.Mutex, closers *[]*clientv3.Client) error {
+	memberURLs := []string{}
+	for _, m := range strings.Split(cfg.members, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			memberURLs = append(memberURLs, m)
+		}
+	}
+	var workers sync.WaitGroup
+	pause := time.Duration(float64(cfg.clients) / cfg.rate * float64(time.Second))
+	for i := 0; i < cfg.clients; i++ {
+		urls, endpointName, onlySget := endpoints, "lb", false
+		if i < cfg.pinned && len(memberURLs) > 0 {
+			onlySget = cfg.pinnedSerializable
+			endpointName = memberURLs[i%len(memberURLs)]
+			urls = []string{endpointName}
+		}
+		cl, err := newClient(urls, tlsInfo)
+		if err != nil {
+			return err
+		}
+		*closers = append(*closers, cl)
+		c := &client{r: r, id: i, stream: streams, streamMu: streamMu, cli: cl, endpoint: endpointName,
+			rng: rand.New(rand.NewSource(cfg.seed + int64(i))), mods: map[string]int64{}, timeout: cfg.timeout, onlySget: onlySget}
+		c.newStream()
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			c.loop(ctx, pause)
+		}()
+	}
+	workers.Wait()
+	return nil
+}
+
+// loop runs one client's operations until ctx ends, one every pause.
+func (c *client) loop(ctx context.Context, pause time.Duration) {
+	next := time.Now()
+	for ctx.Err() == nil {
+		c.step(context.Background())
+		next = next.Add(pause)
+		if d := time.Until(next); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+		} else {
+			next = time.Now()
+		}
+		if c.failed {
+			// A cluster that fails is not hammered: a short pause, as a client backs off.
+			time.Sleep(250 * time.Millisecond)
+			next = time.Now()
+		}
+	}
+}
+
+// finalOps: the last write and read must succeed (etcd's robustness tests end the same way): the
+// final state every check is measured against. The write is tried for up to a minute; whether
+// it succeeded.
+func (r *recorder) finalOps(lb *clientv3.Client, cfg *recordConfig, streams *int, streamMu *sync.Mutex) bool {
+	fc := &client{r: r, id: cfg.clients, stream: streams, streamMu: streamMu, cli: lb, endpoint: "lb",
+		rng: rand.New(rand.NewSource(cfg.seed)), mods: map[string]int64{}, timeout: 3 * time.Second}
+	fc.newStream()
+	finalOK := false
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
+		k, v := r.key(0), fc.value()
+		o := fc.do(context.Background(), Op{Kind: "put", Key: k, Value: v, Final: true}, func(ctx context.Context, o *Op) error {
+			resp, err := lb.Put(ctx, k, v)
+			if err == nil {
+				o.Header = header(resp.Header)
+			}
+			return err
+		})
+		if o.Status == "ok" {
+			finalOK = true
+			break
+		}
+	}
+	if !finalOK {
+		return false
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
+		o := fc.do(context.Background(), Op{Kind: "range", Key: cfg.prefix, End: clientv3.GetPrefixRangeEnd(cfg.prefix), Final: true},
+			func(ctx context.Context, o *Op) error {
+				resp, err := lb.Get(ctx, cfg.prefix, clientv3.WithPrefix())
+				if err == nil {
+					o.Header, o.KVs = header(resp.Header), kvs(resp.Kvs)
+				}
+				return err
+			})
+		if o.Status == "ok" {
+			break
+		}
+	}
+	// The watches' last progress, after the final write, before they stop.
+	time.Sleep(1500 * time.Millisecond)
+	return true
+}
+
+// write writes the history to path.
+func (r *recorder) write(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	err = writeHistory(f, &r.hist)
+	r.mu.Unlock()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Printf("recorded %d operations, %d watch responses in %s to %s\n", len(r.hist.Ops), len(r.hist.Watches),
+		time.Since(r.start).Round(time.Millisecond), path)
+	return nil
+}
