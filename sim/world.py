@@ -340,6 +340,36 @@ class Simulation:
         if self.backup_bucket and not self.deployment:
             self.s3.create_bucket(Bucket=self.backup_bucket)
             self.extra_env.setdefault("BACKUP_BUCKET", self.backup_bucket)
+        settings = self._function_settings()
+        self.function = Function(self.binary, {
+            **self.aws_env,
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            **settings,
+            **self.extra_env,
+        }, os.path.join(self.workdir, "function.log"), once=("FAILPOINT_CRASH_AFTER",))
+        # The fault layer kills the function by its PID (`crash`): it learns each new one.
+        self.function.on_start = lambda pid: self.faults(pid=pid)
+        # The group and its hooks exist before the function's cold start, which checks them.
+        if not self.deployment:
+            self.create_group(self.group, 0)
+        self._start_balancer()
+        if self.warm_aws:
+            self.warm_aws_proc, self.aws_bin = warm_aws.start(self.workdir)
+        if self.before_function:
+            self.before_function(self)
+        self.function.start()
+        if self.tls:
+            self._tls_clients()
+        self.threads = [threading.Thread(target=self._instances_loop, daemon=True)]
+        for t in self.threads:
+            t.start()
+        self.delivery = Delivery(self, self.chaos, self.schedule_every)
+        self.delivery.start()
+        self.writer = Writer(self) if self.with_writer else None
+
+    def _function_settings(self) -> dict:
+        """The function's settings: the stack's, or the simulation's own. With TLS, the names
+        the members' certificates carry besides their own go into extra_env."""
         if self.deployment:
             # What the stack gives the function; the caller's function_env overrides some.
             settings = dict(self.deployment.function_env)
@@ -367,44 +397,24 @@ class Simulation:
             # stack's own names are kept).
             names = [settings.get("MEMBER_CERT_EXTRA_SANS"), "127.0.0.1", self.balancer_address]
             self.extra_env.setdefault("MEMBER_CERT_EXTRA_SANS", ",".join(n for n in names if n))
-        self.function = Function(self.binary, {
-            **self.aws_env,
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            **settings,
-            **self.extra_env,
-        }, os.path.join(self.workdir, "function.log"), once=("FAILPOINT_CRASH_AFTER",))
-        # The fault layer kills the function by its PID (`crash`): it learns each new one.
-        self.function.on_start = lambda pid: self.faults(pid=pid)
-        # The group and its hooks exist before the function's cold start, which checks them.
-        if not self.deployment:
-            self.create_group(self.group, 0)
-        self._start_balancer()
-        if self.warm_aws:
-            self.warm_aws_proc, self.aws_bin = warm_aws.start(self.workdir)
-        if self.before_function:
-            self.before_function(self)
-        self.function.start()
-        if self.tls:
-            # A root certificate from the CLI (for etcdctl, which speaks gRPC), and the simulation's
-            # own gateway credentials made from the CA the function keeps (sim/pki.py).
-            self.client_cert_dir = os.path.join(self.workdir, "client")
-            r = self.cli("client-cert", "root", "--days", "1", "--out", self.client_cert_dir)
-            if r.returncode != 0:
-                raise RuntimeError(f"etcd-asg client-cert failed: {r.stderr}")
-            ca = self.ssm.get_parameter(Name=f"{self.prefix}/pki/ca", WithDecryption=True)
-            token_key = self.ssm.get_parameter(Name=f"{self.prefix}/pki/token-key", WithDecryption=True)
-            self.credentials = pki.Credentials(ca["Parameter"]["Value"], token_key["Parameter"]["Value"],
-                                               self.client_cert_dir)
-            c, d = self.credentials, self.client_cert_dir
-            ctl = os.path.join(os.path.dirname(self.etcd_bin), "etcdctl")
-            reader = [ctl, "--cacert", c.ca, "--cert", f"{d}/root.crt", "--key", f"{d}/root.key"]
-            etcd.use_tls(self.balancer_address, c.ca, c.cert, c.key, token=c.token, reader=reader)
-        self.threads = [threading.Thread(target=self._instances_loop, daemon=True)]
-        for t in self.threads:
-            t.start()
-        self.delivery = Delivery(self, self.chaos, self.schedule_every)
-        self.delivery.start()
-        self.writer = Writer(self) if self.with_writer else None
+        return settings
+
+    def _tls_clients(self):
+        """The clients' TLS, once the function has made the CA: a root certificate from the CLI
+        (for etcdctl, which speaks gRPC), and the simulation's own gateway credentials made from
+        the CA the function keeps (sim/pki.py)."""
+        self.client_cert_dir = os.path.join(self.workdir, "client")
+        r = self.cli("client-cert", "root", "--days", "1", "--out", self.client_cert_dir)
+        if r.returncode != 0:
+            raise RuntimeError(f"etcd-asg client-cert failed: {r.stderr}")
+        ca = self.ssm.get_parameter(Name=f"{self.prefix}/pki/ca", WithDecryption=True)
+        token_key = self.ssm.get_parameter(Name=f"{self.prefix}/pki/token-key", WithDecryption=True)
+        self.credentials = pki.Credentials(ca["Parameter"]["Value"], token_key["Parameter"]["Value"],
+                                           self.client_cert_dir)
+        c, d = self.credentials, self.client_cert_dir
+        ctl = os.path.join(os.path.dirname(self.etcd_bin), "etcdctl")
+        reader = [ctl, "--cacert", c.ca, "--cert", f"{d}/root.crt", "--key", f"{d}/root.key"]
+        etcd.use_tls(self.balancer_address, c.ca, c.cert, c.key, token=c.token, reader=reader)
 
     def close(self):
         self.stop_flag.set()

@@ -1,20 +1,30 @@
 #!/usr/bin/env python3
 """The house check (`make check`): how the files of src/ depend on each other, and how long
-their functions are.
+the functions of src/ (Rust), tests/ (Go) and sim/, tests/, tools/ (Python) are.
 
 - Every file is a room; an arrow goes from a file to each file whose items it names (`use`
   declarations and `crate::`/`super::`/`self::` paths, and a module's own `child::` paths).
   Test code (`tests.rs`, `fake.rs`, `#[cfg(test)] mod tests`) is left out: a test may reach
   anything. A circle of arrows fails the check; the floors (the longest chain of arrows below a
   room) are printed, top floor first.
-- A function longer than MAX_LINES lines fails the check unless its doc comment says why, in a
-  line starting `Long:`.
+- A function longer than MAX_LINES lines fails the check unless it says why, in a line starting
+  `Long:`, in Rust, Go and Python alike:
+  - Rust (src/): each `fn` with a body, from its `fn` line to its closing brace; the reason is a
+    `/// Long: …` line of its doc comment.
+  - Python (sim/, tests/, tools/): each function or method (`def`, `async def`, at any depth;
+    classes are not functions), from its `def` line to its last line, decorators left out; the
+    reason is a line of its docstring starting `Long:`.
+  - Go (tests/, `_test.go` files too): each `func` declaration, from its `func` line to its
+    closing brace; the reason is a `// Long: …` line of the comment block directly above it.
+  node_modules, .git, __pycache__ and virtual environments are skipped.
 
 Run: python3 tools/house.py [--floors]
 """
 
 from __future__ import annotations
 
+import ast
+import os
 import re
 import sys
 from pathlib import Path
@@ -23,6 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 MAX_LINES = 80
 TEST_FILES = {"tests.rs", "fake.rs"}
+PYTHON_DIRS = ("sim", "tests", "tools")
+GO_DIRS = ("tests",)
+SKIP_DIRS = {"node_modules", ".git", "__pycache__", "venv", ".venv", "site-packages"}
 
 
 def module_of(path: Path) -> tuple[str, ...]:
@@ -136,6 +149,142 @@ def functions(text: str):
         yield m.group(1), n + 1, end - n + 1, doc
 
 
+def sources(dirs: tuple[str, ...], suffix: str) -> list[Path]:
+    """The files ending in `suffix` under ROOT's `dirs`, leaving out SKIP_DIRS and any virtual
+    environment (a directory holding a `pyvenv.cfg`)."""
+    found = []
+    for d in dirs:
+        for here, subdirs, names in os.walk(ROOT / d):
+            if "pyvenv.cfg" in names:
+                subdirs[:] = []
+                continue
+            subdirs[:] = sorted(s for s in subdirs if s not in SKIP_DIRS)
+            found += [Path(here) / n for n in names if n.endswith(suffix)]
+    return sorted(found)
+
+
+def python_functions(text: str, filename: str = "<unknown>"):
+    """(qualified name, first line, length in lines, docstring) of each function or method,
+    nested ones included; the length runs from the `def` line (decorators left out) to the last."""
+
+    def walk(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = prefix + child.name
+                length = child.end_lineno - child.lineno + 1
+                yield name, child.lineno, length, ast.get_docstring(child) or ""
+                yield from walk(child, name + ".")
+            elif isinstance(child, ast.ClassDef):
+                yield from walk(child, prefix + child.name + ".")
+            else:
+                yield from walk(child, prefix)
+
+    yield from walk(ast.parse(text, filename=filename), "")
+
+
+def go_tokens(text: str):
+    """Go's tokens as (kind, value, line): kind is "id" (names, keywords, numbers), "lit"
+    (strings, raw strings, runes), "nl" (a line break, or a block comment spanning lines) or "op"
+    (any other character). Comments are dropped, and no brace inside a literal is seen."""
+    i, line, n = 0, 1, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            yield "nl", c, line
+            line += 1
+            i += 1
+        elif c in " \t\r\f":
+            i += 1
+        elif text.startswith("//", i):
+            while i < n and text[i] != "\n":
+                i += 1
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            end = n if end < 0 else end + 2
+            breaks = text.count("\n", i, end)
+            if breaks:
+                yield "nl", "\n", line
+            line += breaks
+            i = end
+        elif c in "\"'":
+            start, i = line, i + 1
+            while i < n and text[i] != c and text[i] != "\n":
+                i += 2 if text[i] == "\\" else 1
+            i += 1
+            yield "lit", c, start
+        elif c == "`":
+            end = text.find("`", i + 1)
+            end = n if end < 0 else end + 1
+            yield "lit", c, line
+            line += text.count("\n", i, end)
+            i = end
+        elif c.isalnum() or c == "_":
+            start = i
+            while i < n and (text[i].isalnum() or text[i] == "_"):
+                i += 1
+            yield "id", text[start:i], line
+        else:
+            yield "op", c, line
+            i += 1
+
+
+def go_functions(text: str):
+    """(name, first line, length in lines, comment block above) of each top-level `func`
+    declaration; a method is named `Type.Method`. The declaration ends where Go puts its
+    semicolon: at a `;`, or at a line break after a name, literal, `)`, `]` or `}` with every
+    bracket closed."""
+    tokens = list(go_tokens(text))
+    lines = text.split("\n")
+    depth, k = 0, 0
+    while k < len(tokens):
+        kind, value, line = tokens[k]
+        if kind == "op" and value in "({[":
+            depth += 1
+        elif kind == "op" and value in ")}]":
+            depth -= 1
+        # A declaration's `func` starts a statement (`var f = func() {…}` is no declaration).
+        starts = k == 0 or tokens[k - 1][0] == "nl" or tokens[k - 1][1] == ";"
+        if not (depth == 0 and starts and kind == "id" and value == "func"):
+            k += 1
+            continue
+        names, inner, last, end, j = [], 0, None, line, k + 1
+        while j < len(tokens):
+            t_kind, t_value, t_line = tokens[j]
+            if t_kind == "op" and t_value in "({[":
+                inner += 1
+            elif t_kind == "op" and t_value in ")}]":
+                inner -= 1
+            elif t_kind == "id" and inner <= 1 and len(names) < 3 and not t_value[0].isdigit():
+                names.append((inner, t_value))
+            if inner == 0 and (
+                (t_kind == "op" and t_value == ";")
+                or (t_kind == "nl" and last is not None
+                    and (last[0] in ("id", "lit") or last[1] in ")]}"))
+            ):
+                break
+            if t_kind != "nl":
+                last, end = (t_kind, t_value), t_line
+            j += 1
+        # `func Name(`, or `func (r *Type) Name(`: the receiver's type is its last name.
+        receiver = [v for d, v in names if d == 1]
+        plain = [v for d, v in names if d == 0]
+        name = plain[0] if plain else "?"
+        if receiver and tokens[k + 1][1] == "(":
+            name = f"{receiver[-1]}.{name}"
+        comments, c = [], line - 2
+        while c >= 0 and lines[c].strip().startswith("//"):
+            comments.insert(0, lines[c].strip())
+            c -= 1
+        yield name, line, end - line + 1, comments
+        k = j
+
+
+def has_reason(lines, prefix: str = "") -> bool:
+    """Whether one of `lines`, less `prefix` and blanks, starts `Long:`."""
+    return any(l.strip()[len(prefix):].strip().startswith("Long:")
+               for l in lines if l.strip().startswith(prefix))
+
+
 def main(argv: list[str]) -> int:
     files = sorted(p for p in SRC.rglob("*.rs"))
     modules = {module_of(p): p for p in files if p.name not in TEST_FILES}
@@ -196,6 +345,22 @@ def main(argv: list[str]) -> int:
             if length > MAX_LINES and not any(d.startswith("/// Long:") for d in doc):
                 failures.append(f"{path.relative_to(ROOT)}:{line}: fn {name} is {length} lines "
                                 f"(over {MAX_LINES}, and no '/// Long:' reason in its doc comment)")
+    for path in sources(PYTHON_DIRS, ".py"):
+        try:
+            found = list(python_functions(path.read_text(), str(path)))
+        except SyntaxError as e:
+            failures.append(f"{path.relative_to(ROOT)}:{e.lineno}: cannot be parsed: {e.msg}")
+            continue
+        for name, line, length, doc in found:
+            if length > MAX_LINES and not has_reason(doc.split("\n")):
+                failures.append(f"{path.relative_to(ROOT)}:{line}: def {name} is {length} lines "
+                                f"(over {MAX_LINES}, and no 'Long:' reason in its docstring)")
+    for path in sources(GO_DIRS, ".go"):
+        for name, line, length, comments in go_functions(path.read_text()):
+            if length > MAX_LINES and not has_reason(comments, "//"):
+                failures.append(f"{path.relative_to(ROOT)}:{line}: func {name} is {length} lines "
+                                f"(over {MAX_LINES}, and no '// Long:' reason in the comment "
+                                f"above it)")
     for f in failures:
         print(f, file=sys.stderr)
     return 1 if failures else 0

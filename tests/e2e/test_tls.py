@@ -19,6 +19,11 @@ from sim import etcd
 
 @pytest.mark.v37
 def test_members_refuse_plain_http_and_tls_without_a_client_certificate(simulation):
+    """Members refuse plain HTTP and TLS without a client certificate.
+
+    Long: one scenario, step by step; each step's assertions depend on the state the
+    previous left.
+    """
     sim = simulation(writer=False)
     assert sim.tls, "TLS is the simulation's default"
     sim.scale(3)

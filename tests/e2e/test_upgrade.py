@@ -71,6 +71,11 @@ def _gated(sim) -> dict[str, str]:
 
 
 def test_a_cluster_born_on_3_4_rolls_to_3_7_through_etcds_floors(simulation):
+    """A cluster born on etcd 3.4 rolls to 3.7 through each of etcd's floors.
+
+    Long: one scenario, step by step; each step's assertions depend on the state the
+    previous left.
+    """
     v34, v3530, v35, v36, v37 = (etcd.binary(v) for v in ("3.4", "3.5.30", "3.5", "3.6", "3.7"))
     sim = simulation(etcd_bin=v34, function_env={"SNAPSHOT_COUNT": "100"})
     # The writer from the start; the client history from 3.5.30 on: etcd 3.4.23 answers a
