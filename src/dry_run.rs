@@ -337,6 +337,11 @@ impl<M: Members> Members for DryRun<M> {
         Ok(())
     }
 
+    async fn raise(&self, _endpoint: &str, alarm: &Alarm) -> Result<(), Error> {
+        self.refuse(format!("raise {} for {}", alarm.kind, alarm.member));
+        Ok(())
+    }
+
     /// Reading: a snapshot changes nothing (the store it would go to refuses).
     async fn snapshot(&self, endpoint: &str) -> Result<Snapshot, Error> {
         self.inner.snapshot(endpoint).await

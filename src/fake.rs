@@ -1000,6 +1000,16 @@ impl Members for Fake {
         Ok(())
     }
 
+    async fn raise(&self, _endpoint: &str, alarm: &Alarm) -> Result<(), Error> {
+        let mut w = self.world();
+        w.calls
+            .push(format!("raise {} {}", alarm.kind, alarm.member));
+        if !w.alarms.contains(alarm) {
+            w.alarms.push(alarm.clone());
+        }
+        Ok(())
+    }
+
     async fn enable_auth(&self, _endpoint: &str) -> Result<(), Error> {
         let mut w = self.world();
         w.calls.push("enable-auth".into());

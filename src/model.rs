@@ -296,6 +296,11 @@ pub const NOSPACE: &str = "NOSPACE";
 /// https://etcd.io/docs/v3.6/op-guide/data_corruption/
 pub const CORRUPT: &str = "CORRUPT";
 
+/// The member id the function raises its own NOSPACE alarm for, to fence writes before a
+/// hibernating cluster's final snapshot (`planner::backup::hibernate`): no member has it (etcd
+/// takes any id, `AlarmStore.Activate`), so it is never taken for a member's own alarm. "fence".
+pub const FENCE: MemberId = MemberId(0x0066_656e_6365);
+
 /// The instance tag that declares which etcd release an instance runs (the stack's group
 /// propagates it at launch from `EtcdVersion`).
 pub const VERSION_TAG: &str = "etcd-asg-etcd-version";
@@ -366,6 +371,12 @@ pub struct ClusterRecord {
     /// last of them has gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adopting: Option<Adopting>,
+    /// A cluster adopted: whether etcd's authentication was on when it was adopted. Kept for
+    /// good (`adopting` is cleared): an adoption never turns it on unless ETCD_AUTH=on is set
+    /// explicitly (`planner::access`). None: not adopted, or adopted before this field (its
+    /// token then says so, `adopted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopted_auth: Option<bool>,
 }
 
 /// An adoption under way: the members the cluster had when it was adopted (ids, as etcd's JSON
@@ -416,6 +427,9 @@ pub struct SnapshotFacts {
     /// The member (hex id) it streamed from, and its etcd version.
     pub member: String,
     pub etcd_version: String,
+    /// The cluster version when it was taken, if known: what its storage version follows
+    /// (`versions::storage_of`).
+    pub cluster_version: Option<Version>,
     pub taken_at: Timestamp,
 }
 
@@ -439,8 +453,10 @@ pub struct Backup {
     pub taken_at: Timestamp,
     pub revision: i64,
     pub size: u64,
-    /// The release of the etcd it was taken from, as its key names it (`-v<version>`); None
-    /// for a key of before versions were named (taken on 3.5 or older).
+    /// What its storage needs of a restorer, as its key names it: the release of the etcd it
+    /// was taken from (`-v<version>`), or, where the cluster version was a minor older
+    /// (`-s<minor>`, `versions::storage_of`), that minor's `.0`. None for a key of before
+    /// versions were named (taken on 3.5 or older).
     pub etcd_version: Option<Version>,
 }
 
@@ -456,7 +472,14 @@ impl ClusterRecord {
             restored_from: None,
             sleeping: None,
             adopting: None,
+            adopted_auth: None,
         }
+    }
+
+    /// Whether this cluster ran before the stack and was adopted (ADOPT_ENDPOINTS): its record
+    /// says so, or, written before `adopted_auth`, its token (`<name>-adopted-<cluster id>`).
+    pub fn adopted(&self) -> bool {
+        self.adopted_auth.is_some() || self.adopting.is_some() || self.token.contains("-adopted-")
     }
 
     pub fn has_served(&self) -> bool {

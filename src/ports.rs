@@ -218,6 +218,12 @@ pub trait Members: Send + Sync {
         endpoint: &str,
         alarm: &Alarm,
     ) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Raises `alarm` cluster-wide (etcd's maintenance Alarm, ACTIVATE).
+    fn raise(
+        &self,
+        endpoint: &str,
+        alarm: &Alarm,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
     /// The member's database, streamed (etcd's maintenance Snapshot answers without quorum).
     fn snapshot(&self, endpoint: &str) -> impl Future<Output = Result<Snapshot, Error>> + Send;
     /// Sent to the current leader.

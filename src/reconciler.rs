@@ -666,7 +666,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
 fn report_holds(obs: &Observation, wait: &Wait) {
     for hold in planner::holds(obs, wait) {
         if hold.while_unreachable {
-            warn!(instance = %hold.instance, "terminate hook held while the cluster is unreachable: an answering member lists this instance's member as a voter, whose data may be the newest");
+            warn!(instance = %hold.instance, "terminate hook held while the cluster is unreachable: its member may hold the newest writes (an answering member lists it as a voter, or none answers and it has this generation's config); it goes once it answers, or when an operator completes its lifecycle action");
         }
     }
 }

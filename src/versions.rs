@@ -14,6 +14,8 @@
 //!   (`isCompatibleWithVers`,
 //!   <https://github.com/etcd-io/etcd/blob/v3.6.17/server/etcdserver/cluster_util.go>); going
 //!   back is etcd's downgrade protocol (<https://etcd.io/docs/v3.6/downgrades/>), never a binary;
+//! - no member of 3.5 or later joins a 3.4 cluster with authentication on: no rolling upgrade
+//!   from 3.4 with auth enabled (<https://etcd.io/docs/v3.5/upgrades/upgrade_3_5/>; `auth_admission`);
 //! - a snapshot is restored only by an etcd of its minor or newer: a binary refuses a data
 //!   directory whose storage version is newer than its own
 //!   (<https://github.com/etcd-io/etcd/blob/v3.6.17/server/storage/schema/schema.go>).
@@ -136,7 +138,7 @@ pub fn admission(
         ));
     }
     if joiner.same_minor(&cluster) {
-        return Admission::Join;
+        return same_minor(joiner, cluster, members);
     }
     if (joiner.major, joiner.minor) != cluster.next_minor() {
         // The leader raises the cluster version a few seconds after the last member of a minor
@@ -180,6 +182,81 @@ pub fn admission(
             below.join(", ")
         ))
     }
+}
+
+/// A joiner of the cluster version's own minor: it joins, except while an upgrade is under way
+/// (a member already runs the next minor) and it is below etcd's floor for leaving its minor —
+/// the floor holds for every member while the next minor is present, a joiner included.
+fn same_minor(
+    joiner: Version,
+    cluster: Version,
+    members: &[(String, Option<Version>)],
+) -> Admission {
+    let Some(floor) = floor_for_leaving(cluster.major, cluster.minor) else {
+        return Admission::Join;
+    };
+    let next = members.iter().find_map(|(name, v)| {
+        v.filter(|v| (v.major, v.minor) == cluster.next_minor())
+            .map(|v| format!("{name} runs {v}"))
+    });
+    match next {
+        Some(newer) if joiner < floor => Admission::Wait(format!(
+            "etcd {joiner} is below {floor}, etcd's floor for leaving {} while the next minor is \
+             present ({newer}): launch {floor} or later",
+            cluster.minor_str()
+        )),
+        _ => Admission::Join,
+    }
+}
+
+/// What a snapshot taken on an etcd of `binary`'s release needs of its restorer, when the
+/// cluster version was `cluster`: a member writes its data's storage version only once the
+/// cluster version has reached its own minor (3.6's storage version monitor,
+/// `UpdateStorageVersion` in
+/// <https://github.com/etcd-io/etcd/blob/v3.6.17/server/etcdserver/version/monitor.go>; a data
+/// directory with no storage version reads as 3.5, `schema.DetectSchemaVersion`), so a 3.6
+/// member's snapshot of a cluster still at 3.5 is read by 3.5. The cluster version's minor
+/// `.0` then; the release itself when the cluster version is unknown (never lower than true).
+pub fn storage_of(binary: Version, cluster: Option<Version>) -> Version {
+    match cluster {
+        Some(c) if c.major == binary.major && c.minor < binary.minor => {
+            Version::new(c.major, c.minor, 0)
+        }
+        _ => binary,
+    }
+}
+
+impl Admission {
+    /// This answer, or, when it is `Join`, `next`'s: each rule may hold a joiner back.
+    pub fn then(self, next: impl FnOnce() -> Admission) -> Admission {
+        match self {
+            Admission::Join => next(),
+            held => held,
+        }
+    }
+}
+
+/// What etcd allows for a `joiner` into a cluster at `cluster` version whose authentication is
+/// on (`auth_enabled`), beside `admission`: no member of 3.5 or later joins a cluster of 3.4 or
+/// older with authentication on. etcd's 3.5 upgrade guide: "If your cluster enables auth,
+/// rolling upgrade from 3.4 or older version isn't supported because 3.5 changes a format of WAL
+/// entries related to auth" (<https://etcd.io/docs/v3.5/upgrades/upgrade_3_5/>,
+/// etcd-io/etcd#11943); a joiner of the new minor into the old cluster is that rolling upgrade.
+/// Refused, not waited for: the cluster version rises only once every member runs 3.5, which
+/// this rule keeps from happening; what ends it is an operator (authentication off, or the
+/// stack's EtcdVersion of the cluster's minor).
+pub fn auth_admission(joiner: Version, cluster: Version, auth_enabled: bool) -> Admission {
+    let old = (cluster.major, cluster.minor) <= (3, 4);
+    if auth_enabled && old && (joiner.major, joiner.minor) >= (3, 5) {
+        return Admission::Refuse(format!(
+            "etcd {joiner} cannot join a cluster at version {} with authentication on (etcd does \
+             not support a rolling upgrade from 3.4 with auth enabled: 3.5 changed the WAL form \
+             of auth entries, https://etcd.io/docs/v3.5/upgrades/upgrade_3_5/): turn \
+             authentication off first (etcdctl auth disable), or run the cluster's minor",
+            cluster.minor_str()
+        ));
+    }
+    Admission::Join
 }
 
 /// Whether an etcd of `restorer`'s version can restore a snapshot taken on `taken_on`: of its
@@ -236,6 +313,11 @@ mod tests {
             ("3.7.4", "3.5.0", &["3.6.17", "3.6.17"], "W"), // the cluster version lags
             ("3.5.36", "3.6.0", &["3.6.17"], "R"), // older than the cluster version
             ("3.4.23", "3.5.0", &["3.5.36"], "R"),
+            // Same minor as the cluster, while the next minor is present: the floor holds.
+            ("3.5.30", "3.5.0", &["3.5.36", "3.6.17"], "W"),
+            ("3.5.32", "3.5.0", &["3.5.36", "3.6.17"], "J"),
+            ("3.6.10", "3.6.0", &["3.6.17", "3.7.4"], "W"),
+            ("3.6.10", "3.6.0", &["3.6.17", "3.6.11"], "J"), // no upgrade under way
         ];
         for (joiner, cluster, ms, want) in cases {
             let got = admission(v(joiner), v(cluster), &members(ms));
@@ -254,6 +336,48 @@ mod tests {
             "{why}"
         );
         assert!(!why.contains("i-0"), "{why}");
+    }
+
+    /// A 3.6 member's snapshot of a cluster still at 3.5 holds 3.5's storage: 3.5 restores it.
+    #[test]
+    fn a_snapshots_storage_follows_the_cluster_version_not_the_members_release() {
+        let needs = |binary: &str, cluster: Option<&str>| storage_of(v(binary), cluster.map(v));
+        assert_eq!(needs("3.6.17", Some("3.5.0")), v("3.5.0"));
+        assert!(can_restore(needs("3.6.17", Some("3.5.0")), v("3.5.36")));
+        assert_eq!(needs("3.6.17", Some("3.6.0")), v("3.6.17"));
+        assert!(!can_restore(needs("3.7.4", Some("3.7.0")), v("3.6.17")));
+        // Unknown cluster version: the release itself, never lower than the truth.
+        assert_eq!(needs("3.7.4", None), v("3.7.4"));
+        assert!(!can_restore(needs("3.7.4", None), v("3.6.17")));
+    }
+
+    /// https://etcd.io/docs/v3.5/upgrades/upgrade_3_5/ (etcd-io/etcd#11943): no rolling upgrade
+    /// from 3.4 with authentication on.
+    #[test]
+    fn auth_admission_table() {
+        let cases: &[(&str, &str, bool, bool)] = &[
+            // joiner, cluster version, auth on, joins
+            ("3.5.30", "3.4.0", true, false),
+            ("3.5.30", "3.4.0", false, true),
+            ("3.4.23", "3.4.0", true, true),
+            ("3.6.17", "3.5.0", true, true),
+            ("3.6.17", "3.4.0", true, false), // refused by `admission` anyway
+        ];
+        for (joiner, cluster, auth, joins) in cases {
+            let got = auth_admission(v(joiner), v(cluster), *auth);
+            assert_eq!(
+                got == Admission::Join,
+                *joins,
+                "{joiner} into {cluster}, auth {auth}: {got:?}"
+            );
+        }
+        let Admission::Refuse(why) = auth_admission(v("3.5.30"), v("3.4.0"), true) else {
+            panic!()
+        };
+        assert!(
+            why.contains("3.5.30") && why.contains("3.4") && why.contains("upgrade_3_5"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -121,6 +121,7 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
         cluster_id: 7,
         member: "n1".into(),
         etcd_version: "3.x".into(),
+        cluster_version: None,
         taken_at: 1_800_000_000,
     };
     let (backup, sha256) = store.store(snapshot, &facts).await.unwrap();
@@ -164,6 +165,26 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
         .await
         .unwrap();
     assert!(uploads.uploads().is_empty(), "{uploads:?}");
+
+    // A 3.6 member's snapshot of a cluster still at 3.5 holds 3.5's storage: its key says so,
+    // and the listing tells a restorer it needs 3.5 (`versions::storage_of`), not 3.6.
+    let mixed = SnapshotFacts {
+        taken_at: facts.taken_at + 90,
+        etcd_version: "3.6.17".into(),
+        cluster_version: Some("3.5.0".parse().unwrap()),
+        ..facts.clone()
+    };
+    let (stored, _) = store
+        .store(members.snapshot(&url).await.unwrap(), &mixed)
+        .await
+        .unwrap();
+    assert!(stored.key.ends_with("-v3.6.17-s3.5.db"), "{}", stored.key);
+    assert_eq!(stored.etcd_version, Some("3.5.0".parse().unwrap()));
+    assert_eq!(
+        store.list().await.unwrap().complete,
+        vec![backup.clone(), stored.clone()]
+    );
+    store.delete(&stored.key).await.unwrap();
 
     // What the seed gets: the URL, the checksum, and read access by its tag.
     let handed = store

@@ -91,14 +91,30 @@ pub fn parse_stamp(s: &str) -> Option<Timestamp> {
     Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
 }
 
+/// What a key's `<release>[-s<minor>]` says a restorer needs: the storage minor's `.0` where
+/// named (`versions::storage_of`), else the release.
+fn needs(version: &str) -> Option<crate::model::Version> {
+    match version.split_once("-s") {
+        Some((_, storage)) => format!("{storage}.0").parse().ok(),
+        None => version.parse().ok(),
+    }
+}
+
 impl S3Backups {
     fn key(&self, facts: &SnapshotFacts) -> String {
-        // The version the member said it runs, when it is one: what a restore needs to know
-        // without reading the manifest (`versions::can_restore`).
+        // The version the member said it runs, when it is one, and the minor its storage holds
+        // where the cluster version was older: what a restore needs to know without reading
+        // the manifest (`versions::can_restore`, `versions::storage_of`).
         let version = facts
             .etcd_version
             .parse::<crate::model::Version>()
-            .map(|v| format!("-v{v}"))
+            .map(|v| {
+                let storage = crate::versions::storage_of(v, facts.cluster_version);
+                match storage == v {
+                    true => format!("-v{v}"),
+                    false => format!("-v{v}-s{}", storage.minor_str()),
+                }
+            })
             .unwrap_or_default();
         format!(
             "{}/{}/{}-rev{:012}{version}.db",
@@ -109,14 +125,14 @@ impl S3Backups {
         )
     }
 
-    /// `<prefix>/<token>/<stamp>-rev<revision>[-v<version>].db` → the backup, or None for
+    /// `<prefix>/<token>/<stamp>-rev<revision>[-v<version>[-s<minor>]].db` → the backup, or None for
     /// anything else.
     fn parse_key(&self, key: &str, size: u64) -> Option<Backup> {
         let rest = key.strip_prefix(&self.prefix)?.strip_prefix('/')?;
         let (token, file) = rest.split_once('/')?;
         let (stamp, revision) = file.strip_suffix(".db")?.split_once("-rev")?;
         let (revision, etcd_version) = match revision.split_once("-v") {
-            Some((revision, version)) => (revision, Some(version.parse().ok()?)),
+            Some((revision, version)) => (revision, Some(needs(version)?)),
             None => (revision, None),
         };
         Some(Backup {
@@ -348,13 +364,14 @@ impl Backups for S3Backups {
             copied_from: None,
         };
         self.put_manifest(&key, &manifest).await?;
+        let etcd_version = self.parse_key(&key, size).and_then(|b| b.etcd_version);
         let backup = Backup {
             key,
             token: facts.token.clone(),
             taken_at: facts.taken_at,
             revision: facts.revision,
             size,
-            etcd_version: facts.etcd_version.parse().ok(),
+            etcd_version,
         };
         Ok((backup, sha256))
     }

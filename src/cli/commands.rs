@@ -81,6 +81,16 @@ pub async fn restore(
             if live.published.load().await?.cluster.is_some() {
                 return Err(has_record(&source));
             }
+            // START_FROM=empty: the first launch creates an empty cluster and never reads a
+            // request (`planner::backup::first_generation`), so the copy would promise a start
+            // the stack ignores.
+            if !live.config.settings.start_from_backup {
+                return Err(Error::Config {
+                    var: "--from".into(),
+                    value: source,
+                    reason: "is not used by this stack: it has START_FROM=empty, and its first launch starts an empty cluster; deploy it with StartFrom=backup to start from another stack's backup".into(),
+                });
+            }
             let copied = store(live)?.import(&source).await?;
             if live.published.load().await?.cluster.is_some() {
                 // A launch started a cluster while the copy ran: the copy stays, unrequested.

@@ -144,6 +144,9 @@ pub struct Settings {
     pub member_cert_secs: Option<i64>,
     /// ETCD_AUTH=on (TLS=managed): etcd's authentication is kept on.
     pub etcd_auth: bool,
+    /// ETCD_AUTH=on set, not taken by default from TLS=managed: an adopted cluster's
+    /// authentication is turned on too (else it is left as it was found).
+    pub etcd_auth_explicit: bool,
     /// START_FROM=backup: a new stack's first cluster only ever starts from the backup a restore
     /// request names, never empty.
     pub start_from_backup: bool,
@@ -176,6 +179,7 @@ impl Settings {
             backup: None,
             member_cert_secs: None,
             etcd_auth: false,
+            etcd_auth_explicit: false,
             start_from_backup: false,
             adopt: vec![],
         }
@@ -348,6 +352,7 @@ impl Config {
             ));
         }
         let etcd_auth = env.switch(&ETCD_AUTH, managed)?;
+        let etcd_auth_explicit = etcd_auth && env.get(&ETCD_AUTH).is_some();
         if etcd_auth && !managed {
             return Err(bad(
                 ETCD_AUTH.name,
@@ -365,6 +370,7 @@ impl Config {
                 backup,
                 member_cert_secs: pki.as_ref().map(|p| p.member_cert_secs),
                 etcd_auth,
+                etcd_auth_explicit,
                 start_from_backup,
                 adopt,
                 defrag_free_percent: env.number(&DEFRAG_FREE_PERCENT, 10, 95)?,
@@ -796,6 +802,24 @@ mod tests {
         assert!(!on(&[]));
         assert!(on(&[("TLS", "managed")]));
         assert!(!on(&[("TLS", "managed"), ("ETCD_AUTH", "off")]));
+        // Set, or taken by default (blank is unset: the template passes its empty default so).
+        let explicit = |pairs: &[(&str, &str)]| {
+            let s = Config::from_lookup(env(pairs)).unwrap().settings;
+            (s.etcd_auth, s.etcd_auth_explicit)
+        };
+        assert_eq!(explicit(&[("TLS", "managed")]), (true, false));
+        assert_eq!(
+            explicit(&[("TLS", "managed"), ("ETCD_AUTH", "")]),
+            (true, false)
+        );
+        assert_eq!(
+            explicit(&[("TLS", "managed"), ("ETCD_AUTH", "on")]),
+            (true, true)
+        );
+        assert_eq!(
+            explicit(&[("TLS", "managed"), ("ETCD_AUTH", "off")]),
+            (false, false)
+        );
         let e = error_text(&[("ETCD_AUTH", "on")]);
         assert!(e.contains("ETCD_AUTH") && e.contains("TLS=managed"), "{e}");
         let e = error_text(&[("TLS", "managed"), ("ETCD_AUTH", "yes")]);

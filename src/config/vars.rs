@@ -137,9 +137,12 @@ pub const ETCD_AUTH: Var = Var::new(
     "ETCD_AUTH",
     "",
     "`on`: the function turns etcd's authentication on once the cluster serves \
-     ([TLS](tls.md)); `off`: it does not (nor off again once on); `on` needs `TLS=managed`",
+     ([TLS](tls.md)), an adopted cluster's too; unset (or blank): as `on` with `TLS=managed`, \
+     except that an adopted cluster's is left as it was found \
+     ([Adopting](adopting.md#authentication-after-the-adoption)); `off`: it does not (nor off \
+     again once on); `on` needs `TLS=managed`",
 )
-.noted("`on` with `TLS=managed`, else `off`");
+.noted("`on` with `TLS=managed` (an adopted cluster's as found), else `off`");
 pub const ETCD_CA_FILE: Var = Var::new(
     "ETCD_CA_FILE",
     "",

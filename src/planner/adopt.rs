@@ -6,9 +6,14 @@
 //! group's instances join as learners and are promoted (rules 3 and 4), one at a time, and after
 //! each promotion that takes the voters past the group's desired capacity an adopted member
 //! leaves (rule 2: behind the quorum guard, a leader handing over to a member of the group
-//! first), so the cluster never holds more than one voter beyond its size and never splits
-//! evenly between the old members and the new; a dead adopted member is removed at once (that
-//! never lowers the failures tolerated). Once none is left the record says the adoption is over.
+//! first), so the cluster never holds more than one voter beyond its size. It does split
+//! evenly for a while: with one voter beyond an odd size, old and new can be as many (two and
+//! two at size 3). Avoiding that would take an old member out before the next promotion, down
+//! to two voters and no failure tolerated: worse than an even four, which loses no write (raft
+//! commits only on a majority of all four) and only stops serving while a link between the
+//! halves is cut. An adopted member that does not answer is given the patience the group's
+//! members get (`patience`), and never leaves two voters before a member of the group has
+//! joined. Once none is left the record says the adoption is over.
 //! Every write is the create-only record or a membership change the next observation shows,
 //! so a crash or a lost answer anywhere is rolled forward by the next invocation.
 //!
@@ -19,8 +24,8 @@
 
 use super::context::Context;
 use super::step::{Step, Wait};
-use crate::model::{Adopting, ClusterRecord, LifecycleState, RecordState};
-use crate::versions::{admission, Admission, Version};
+use crate::model::{Adopting, ClusterRecord, LifecycleState, Member, RecordState};
+use crate::versions::{admission, auth_admission, Admission, Version};
 
 /// The oldest cluster version adopted: learners came with 3.4.
 pub const ADOPT_FLOOR: Version = Version::new(3, 4, 0);
@@ -47,6 +52,7 @@ pub fn adopt(ctx: &Context) -> Option<Step> {
             members: view.members.iter().map(|m| m.id.0).collect(),
             since: now,
         }),
+        adopted_auth: Some(view.auth_enabled),
         ..ClusterRecord::bootstrapping(
             format!(
                 "{}-adopted-{:x}",
@@ -135,11 +141,52 @@ fn unfit(ctx: &Context) -> Option<String> {
         }
         None => return Some("the cluster does not say its version".into()),
     };
-    joiners_refused(ctx, cluster)
+    too_big(ctx).or_else(|| joiners_refused(ctx, cluster))
 }
 
-/// The group's etcd must be one the cluster lets join (the version gate's own rule); else the
-/// adoption would be recorded and every launch then refused.
+/// The share of QUOTA_BACKEND_BYTES (in tenths) the largest member's database may fill for the
+/// cluster to be adopted.
+const QUOTA_ROOM_TENTHS: u64 = 9;
+
+/// The stack's members must have room for the cluster's database. etcd raises NOSPACE, for the
+/// whole cluster, when a member applies a write while its backend's size plus the write's cost
+/// reaches its quota (https://etcd.io/docs/v3.6/op-guide/maintenance/#space-quota;
+/// `BackendQuota.Available`, server/storage/quota.go), and a learner receives the leader's
+/// database as its raft snapshot at its size (free pages included: bbolt's `Tx.WriteTo` copies
+/// the file up to its high-water mark): a learner whose quota is below it raises the alarm at
+/// its first applied write (seen: a 26 MB cluster, a 16 MiB quota, NOSPACE within seconds).
+/// Refused at 90 % of the quota already: the cluster keeps growing through the adoption (a
+/// learner joins, is promoted and the next follows, minutes each), and 90 % is where this
+/// stack's own maintenance takes a file as near its quota (`maintenance::nearly_full`).
+fn too_big(ctx: &Context) -> Option<String> {
+    let quota = ctx.settings.topology.quota_backend_bytes;
+    let (id, size) = ctx
+        .view
+        .statuses
+        .iter()
+        .map(|(id, s)| (*id, s.db_size))
+        .max_by_key(|(_, size)| *size)?;
+    if size.saturating_mul(10) < quota.saturating_mul(QUOTA_ROOM_TENTHS) {
+        return None;
+    }
+    let name = ctx.view.member(id).map_or("", |m| m.name.as_str());
+    Some(format!(
+        "member {name} ({:x}) has a database of {} MiB, and the stack's members would have a \
+         quota of {} MiB (QUOTA_BACKEND_BYTES): a learner over its quota raises NOSPACE for the \
+         whole cluster; defragment the members (etcdctl defrag) or give the stack a quota above \
+         {} MiB (QuotaBackendBytes: the database at most {}0 % of it)",
+        id.0,
+        size >> 20,
+        quota >> 20,
+        (size * 10 / QUOTA_ROOM_TENTHS) >> 20,
+        QUOTA_ROOM_TENTHS
+    ))
+}
+
+/// The group's etcd must be one the cluster lets join (the version gate's own rules: its
+/// release, and no 3.5 or later into a 3.4 cluster with authentication on,
+/// `versions::auth_admission`); else the adoption would be recorded and every launch then
+/// refused.
 fn joiners_refused(ctx: &Context, cluster: Version) -> Option<String> {
     let versions: Vec<(String, Option<Version>)> = ctx
         .view
@@ -155,9 +202,13 @@ fn joiners_refused(ctx: &Context, cluster: Version) -> Option<String> {
         .iter()
         .filter(|i| i.state.is_launching())
         .filter_map(|i| i.etcd_version)
-        .find_map(|joiner| match admission(joiner, cluster, &versions) {
-            Admission::Refuse(why) => Some(format!("the stack's etcd can never join: {why}")),
-            _ => None,
+        .find_map(|joiner| {
+            match auth_admission(joiner, cluster, ctx.view.auth_enabled)
+                .then(|| admission(joiner, cluster, &versions))
+            {
+                Admission::Refuse(why) => Some(format!("the stack's etcd can never join: {why}")),
+                _ => None,
+            }
         })
 }
 
@@ -172,7 +223,7 @@ pub fn may_leave(ctx: &Context) -> bool {
         .iter()
         .filter(|i| i.state.wants_membership() && i.state != LifecycleState::TerminatingWait)
         .collect();
-    let ours: Vec<&crate::model::Member> = wanted
+    let ours: Vec<&Member> = wanted
         .iter()
         .filter_map(|i| ctx.member_of(i))
         .filter(|m| !m.is_learner && m.is_started())
@@ -186,18 +237,95 @@ pub fn may_leave(ctx: &Context) -> bool {
             || joined == wanted.len())
 }
 
-/// Whether `member` is one of the adopted members, alive and held until it may leave. A dead
-/// one is not held: removing a dead voter never lowers the failures the cluster tolerates (one
-/// its peers still see connected is alive: the function alone cannot reach it).
-pub fn held(ctx: &Context, member: &crate::model::Member) -> bool {
+/// Whether `member` is one of the members the adoption under way started from.
+fn is_adopted(ctx: &Context, member: &Member) -> bool {
     ctx.obs
         .published
         .cluster
         .as_ref()
         .and_then(|r| r.adopting.as_ref())
         .is_some_and(|a| a.members.contains(&member.id.0))
-        && (ctx.healthy(member) || ctx.view.peer_connected.contains(&member.id))
+}
+
+/// It answers, or its peers still see it connected (the function alone cannot reach it).
+fn alive(ctx: &Context, member: &Member) -> bool {
+    ctx.healthy(member) || ctx.view.peer_connected.contains(&member.id)
+}
+
+/// Whether `member` is one of the adopted members, held until it may leave: while it is alive,
+/// and while it does not answer until its patience is spent (`not_yet`).
+pub fn held(ctx: &Context, member: &Member) -> bool {
+    is_adopted(ctx, member)
         && !may_leave(ctx)
+        && (alive(ctx, member) || not_yet(ctx, member).is_some())
+}
+
+/// An adopted member's down-mark (`<prefix>/down/adopted-<member id, hex>`): it has no
+/// instance to name it by.
+const DOWN_PREFIX: &str = "adopted-";
+
+fn down_key(member: &Member) -> String {
+    format!("{DOWN_PREFIX}{:x}", member.id.0)
+}
+
+/// Whether a down-mark is an adopted member's (`patience` keeps and forgets those).
+pub fn owns_mark(key: &str) -> bool {
+    key.starts_with(DOWN_PREFIX)
+}
+
+/// Why an adopted member that does not answer is not removed yet: its down-mark to note, or
+/// the wait. An old member's probe fails for more than its death (a blip; with TLS the peer
+/// view reads a metrics port old members seldom serve), so it is given the patience a member of
+/// the group gets before it is replaced (`UNHEALTHY_REPLACE_SECS`, from its down-mark, as
+/// `leaving::down`). And never while that would leave two voters before a member of the group
+/// has joined: two tolerate no failure, and the function cannot tell a member dead from one it
+/// cannot reach (an operator can: `etcdctl member remove`). None: it may go.
+fn not_yet(ctx: &Context, member: &Member) -> Option<Step> {
+    let key = down_key(member);
+    let Some(&since) = ctx.obs.published.down_since.get(&key) else {
+        return Some(Step::NoteDown {
+            instance: key,
+            since: ctx.obs.now,
+        });
+    };
+    let down_secs = ctx.obs.now - since;
+    let patient = down_secs < ctx.settings.unhealthy_replace_secs;
+    let group_joined = ctx.view.voters().any(|v| !is_adopted(ctx, v));
+    let last_margin = ctx.view.voters().count() <= 3 && !group_joined;
+    (patient || last_margin).then(|| {
+        Step::Wait(Wait::AdoptedMemberDown {
+            member: member.id,
+            name: member.name.clone(),
+            down_secs,
+            last_margin: !patient,
+        })
+    })
+}
+
+/// Rule 2, for the adopted members that do not answer: each one's down-mark noted, then its wait
+/// while `not_yet` holds it; and the marks of members that answer again or are gone forgotten
+/// (a mark left behind would count a later blip from the first one).
+pub fn patience(ctx: &Context) -> Vec<Step> {
+    let forget = ctx
+        .obs
+        .published
+        .down_since
+        .keys()
+        .filter(|k| owns_mark(k))
+        .filter(|k| {
+            let member = ctx.view.members.iter().find(|m| down_key(m) == **k);
+            member.is_none_or(|m| alive(ctx, m) || !is_adopted(ctx, m))
+        })
+        .map(|k| Step::ForgetDown {
+            instance: k.clone(),
+        });
+    let mut voters: Vec<&Member> = ctx.view.voters().collect();
+    voters.sort_by_key(|m| m.id);
+    let held = voters
+        .into_iter()
+        .filter(|m| is_adopted(ctx, m) && !alive(ctx, m) && !may_leave(ctx))
+        .filter_map(|m| not_yet(ctx, m));
+    forget.chain(held).collect()
 }
 
 /// While an adoption is under way and nobody answers: an adopted cluster's members are outside

@@ -21,8 +21,9 @@ use super::context::{seed_candidate, Context};
 use super::step::{BackupReason, Plan, StaleRequest, Step, Wait};
 use crate::config::{BackupPolicy, Recovery, Settings};
 use crate::model::{
-    quorum, Backup, BackupRef, ClusterRecord, ClusterView, Instance, MemberId, MemberStatus,
-    Observation, Restore, SnapshotFacts, Survivor, Timestamp,
+    quorum, ActionResult, Alarm, Backup, BackupRef, ClusterRecord, ClusterView, Instance,
+    LifecycleState, MemberId, MemberStatus, Observation, Restore, SnapshotFacts, Survivor,
+    Timestamp, Transition, FENCE, NOSPACE,
 };
 use crate::versions::Version;
 
@@ -54,6 +55,7 @@ fn snapshot(ctx: &Context, reason: BackupReason) -> Option<Step> {
             ctx.view.cluster_id,
             member,
             status,
+            ctx.view.cluster_version,
             ctx.obs.now,
         ),
     })
@@ -64,6 +66,7 @@ fn facts(
     cluster_id: u64,
     member: MemberId,
     status: MemberStatus,
+    cluster_version: Option<Version>,
     now: Timestamp,
 ) -> SnapshotFacts {
     SnapshotFacts {
@@ -72,6 +75,7 @@ fn facts(
         cluster_id,
         member: member.to_string(),
         etcd_version: status.version,
+        cluster_version,
         taken_at: now,
     }
 }
@@ -101,7 +105,7 @@ pub fn hibernate(ctx: &Context, last: &Instance) -> Option<Step> {
         }));
     }
     // A last voter that cannot be read is held: its data may be newer than any backup.
-    let Some((member, _)) = source(ctx.view) else {
+    let Some((member, endpoint)) = source(ctx.view) else {
         return Some(Step::Wait(Wait::FinalSnapshotPending {
             instance: last.id.clone(),
             why: "the last voter does not answer its status: no snapshot can be taken of it".into(),
@@ -111,6 +115,21 @@ pub fn hibernate(ctx: &Context, last: &Instance) -> Option<Step> {
     let final_snapshot = latest(&ctx.obs.backups, &record.token)
         .filter(|b| revision.is_some_and(|r| b.revision >= r));
     let Some(backup) = final_snapshot else {
+        // Writes fenced first (NOSPACE, which etcd applies cluster-wide and which travels in the
+        // snapshot): a client on a kept connection can no longer be told a write is committed
+        // that the snapshot lacks. etcd still applies deletes and lease revocations under
+        // NOSPACE (`applierV3Capped`,
+        // <https://github.com/etcd-io/etcd/blob/v3.6.17/server/etcdserver/apply/apply.go>): one
+        // moves the revision, and the snapshot is taken again.
+        if !ctx.view.alarms.iter().any(|a| a.member == FENCE) {
+            return Some(Step::FenceWrites {
+                alarm: Alarm {
+                    member: FENCE,
+                    kind: NOSPACE.into(),
+                },
+                endpoint,
+            });
+        }
         return snapshot(ctx, BackupReason::Final);
     };
     let sleeping = crate::model::Sleeping {
@@ -127,6 +146,17 @@ pub fn hibernate(ctx: &Context, last: &Instance) -> Option<Step> {
             sleeping: Some(sleeping),
             ..record.clone()
         })
+    })
+}
+
+/// The function's write fence (`hibernate`) is lifted once the group wants members again: woken
+/// (the alarm travels in the final snapshot to the restored cluster), or scaled back up before
+/// the last voter left. Ranked with the record's bookkeeping: every write waits on it.
+pub fn unfence(ctx: &Context) -> Option<Step> {
+    let alarm = ctx.view.alarms.iter().find(|a| a.member == FENCE)?;
+    (ctx.obs.desired_capacity > 0).then(|| Step::Disarm {
+        alarm: alarm.clone(),
+        endpoint: ctx.view.endpoint.clone(),
     })
 }
 
@@ -156,6 +186,9 @@ pub fn recovery(
     survivors: &[Survivor],
 ) -> Plan {
     let unreachable = |detail: String| Plan::waiting(Wait::ClusterUnreachable { detail });
+    if let Some(step) = let_go(obs, survivors) {
+        return Plan::only(step);
+    }
     let Some(policy) = settings.backup.as_ref() else {
         return unreachable(detail.to_string());
     };
@@ -184,6 +217,7 @@ pub fn recovery(
                     survivor.cluster_id,
                     survivor.member,
                     survivor.status.clone(),
+                    None,
                     obs.now,
                 ),
             });
@@ -217,21 +251,22 @@ pub fn recovery(
         Choice::AwaitRequest => Plan::waiting(Wait::AwaitRestoreRequest {
             stale: stale_request(obs),
         }),
-        Choice::Unreadable(skipped) => Plan::waiting(Wait::NoRestorableBackup {
-            instance: seed.id.clone(),
-            seed_version: restorer.to_string(),
-            skipped,
-        }),
+        Choice::Unreadable(backup) => Plan::waiting(unrestorable(seed, restorer, &backup)),
         Choice::NoBackup => unreachable(format!(
             "every member is gone and there is no backup to restore ({detail})"
         )),
     }
 }
 
-/// The final snapshot a sleeping cluster sleeps in, while it is in the bucket.
+/// The snapshot a sleeping cluster wakes from: the newest of its generation, at or past the
+/// recorded final snapshot's revision (a newer final snapshot, or one taken before a removal
+/// when the group was scaled up again before the last voter left); None once nothing that new
+/// is in the bucket.
 fn asleep_in<'a>(obs: &'a Observation, record: &ClusterRecord) -> Option<&'a Backup> {
     let sleeping = record.sleeping.as_ref()?;
-    obs.backups.iter().find(|b| b.key == sleeping.key)
+    latest(&obs.backups, &record.token)
+        .filter(|b| b.revision >= sleeping.revision)
+        .or_else(|| obs.backups.iter().find(|b| b.key == sleeping.key))
 }
 
 /// A sleeping cluster whose final snapshot is gone from the bucket restores nothing on a guess:
@@ -258,16 +293,8 @@ fn wake(obs: &Observation, settings: &Settings, record: &ClusterRecord, backup: 
             instance: seed.id.clone(),
         });
     };
-    // A snapshot named without its release is taken as readable, as `choose_for` takes it.
-    if backup
-        .etcd_version
-        .is_some_and(|v| !crate::versions::can_restore(v, restorer))
-    {
-        return Plan::waiting(Wait::NoRestorableBackup {
-            instance: seed.id.clone(),
-            seed_version: restorer.to_string(),
-            skipped: vec![backup.key.clone()],
-        });
+    if !readable(backup, Some(restorer)) {
+        return Plan::waiting(unrestorable(seed, restorer, backup));
     }
     Plan::only(Step::Restore {
         new: restored(record, backup, &seed.id, settings, obs.now),
@@ -325,15 +352,8 @@ pub fn first_generation(obs: &Observation, settings: &Settings, seed: &Instance)
             "it names no complete backup in this stack's prefix (`etcd-asg backups`)".into(),
         );
     };
-    if backup
-        .etcd_version
-        .is_some_and(|v| !crate::versions::can_restore(v, restorer))
-    {
-        return Step::Wait(Wait::NoRestorableBackup {
-            instance: seed.id.clone(),
-            seed_version: restorer.to_string(),
-            skipped: vec![backup.key.clone()],
-        });
+    if !readable(backup, Some(restorer)) {
+        return Step::Wait(unrestorable(seed, restorer, backup));
     }
     Step::Restore {
         old: None,
@@ -380,10 +400,7 @@ fn newer_unreadable(obs: &Observation, chosen: &Backup, restorer: Version) -> Ve
     obs.backups
         .iter()
         .filter(|b| (b.taken_at, b.revision) > (chosen.taken_at, chosen.revision))
-        .filter(|b| {
-            b.etcd_version
-                .is_some_and(|v| !crate::versions::can_restore(v, restorer))
-        })
+        .filter(|b| !readable(b, Some(restorer)))
         .map(|b| b.key.clone())
         .collect()
 }
@@ -409,6 +426,9 @@ fn restored(
             previous_created_at: old.created_at,
             copied_from: None,
         }),
+        // An adopted cluster restored is still the team's: its authentication is not changed
+        // without an explicit setting (`access::enable`).
+        adopted_auth: old.adopted_auth.or_else(|| old.adopted().then_some(false)),
         ..ClusterRecord::bootstrapping(
             format!("{}-{seed}", settings.cluster_name),
             seed.to_string(),
@@ -542,24 +562,54 @@ pub enum Choice {
     /// RECOVERY=manual and no (valid) request yet.
     AwaitRequest,
     NoBackup,
-    /// Backups there are, but each was taken on a newer etcd than the seed's (their keys).
-    Unreadable(Vec<String>),
+    /// The backup to restore needs a newer etcd than the seed's.
+    Unreadable(Backup),
 }
 
 /// Whether every member of the cluster that served is gone for good: none of the instances its
 /// members had (those with a published config) is left in the group, and no instance is in
 /// service. A network partition or a stopped etcd leaves instances in the group: never a restore.
+/// An instance terminating that never held data (`never_held_data`) does not count.
 pub fn every_member_gone(obs: &Observation) -> bool {
     let old_members_gone = obs
         .published
         .members
         .keys()
         .all(|id| obs.instance(id).is_none_or(|i| !i.state.is_present()));
-    let none_in_service = obs
-        .instances
-        .iter()
-        .all(|i| !i.state.is_present() || i.state.is_launching());
+    let none_in_service = obs.instances.iter().all(|i| {
+        !i.state.is_present()
+            || i.state.is_launching()
+            || never_held_data(obs, &[]).any(|n| n.id == i.id)
+    });
     old_members_gone && none_in_service
+}
+
+/// The termination of an instance that never held data completes at once (`never_held_data`).
+fn let_go(obs: &Observation, survivors: &[Survivor]) -> Option<Step> {
+    let i = never_held_data(obs, survivors).next()?;
+    Some(Step::Complete {
+        instance: i.id.clone(),
+        transition: Transition::Terminate,
+        result: ActionResult::Continue,
+    })
+}
+
+/// Terminating instances that never held data while no quorum answers: no config was ever
+/// published for them (the function publishes one before any member of theirs can start, and
+/// deletes it only once the instance is gone) and no answering member lists them. Seeds held by
+/// a wait for a restorable backup are such: let go at once, so that an operator's fix (the
+/// template back on the right release, the waiting instances terminated) restores unaided.
+fn never_held_data<'a>(
+    obs: &'a Observation,
+    survivors: &'a [Survivor],
+) -> impl Iterator<Item = &'a Instance> {
+    obs.instances.iter().filter(move |i| {
+        i.state == LifecycleState::TerminatingWait
+            && !obs.published.members.contains_key(&i.id)
+            && !survivors
+                .iter()
+                .any(|s| s.name == i.id || s.voters.iter().any(|v| v.name == i.id))
+    })
 }
 
 /// Whether the quorum is lost for good while some members survive: under **every** answering
@@ -629,55 +679,55 @@ pub fn choose(obs: &Observation, policy: &BackupPolicy) -> Choice {
     choose_for(obs, policy, None)
 }
 
-/// The backup to restore, readable by an etcd of `restorer`'s release (when known): one taken on
-/// a newer etcd is skipped (`versions::can_restore`), and named when nothing else is left.
+/// The backup to restore: the freshest of this cluster's lineage (RECOVERY=auto, or a request
+/// for `latest`), or the one a request names. One an etcd of `restorer`'s release (when known)
+/// cannot read (`versions::can_restore`) is never passed over for an older one on a guess: that
+/// would drop every write since (a launch template rolled back a minor after a total loss).
+/// It is named instead, and waited on; an operator may still name an older backup.
 pub fn choose_for(obs: &Observation, policy: &BackupPolicy, restorer: Option<Version>) -> Choice {
-    // The freshest of this cluster's lineage; an operator naming a key may pick any.
     let ours = |b: &&Backup| lineage(obs).is_none_or(|l| l.contains(&b.token.as_str()));
-    let readable = |b: &&Backup| match (b.etcd_version, restorer) {
-        (Some(taken_on), Some(restorer)) => crate::versions::can_restore(taken_on, restorer),
-        _ => true,
-    };
-    let skipped = |candidates: Vec<&Backup>| {
-        let keys: Vec<String> = candidates
-            .iter()
-            .filter(|b| !readable(b))
-            .map(|b| b.key.clone())
-            .collect();
-        (!keys.is_empty()).then_some(Choice::Unreadable(keys))
-    };
     let freshest = || {
         obs.backups
             .iter()
             .filter(ours)
-            .filter(readable)
             .max_by_key(|b| (b.taken_at, b.revision))
-            .cloned()
     };
     let found = match policy.recovery {
         Recovery::Auto => freshest(),
         Recovery::Manual => match request_for_this_generation(obs) {
             None => return Choice::AwaitRequest,
             Some("latest") => freshest(),
-            Some(key) => {
-                let named: Vec<&Backup> = obs.backups.iter().filter(|b| b.key == key).collect();
-                if let Some(unreadable) = skipped(named.clone()) {
-                    return unreadable;
-                }
-                named.first().map(|b| (*b).clone())
-            }
+            // An operator naming a key may pick any, another stack's included.
+            Some(key) => obs.backups.iter().find(|b| b.key == key),
         },
     };
-    if found.is_none() {
-        if let Some(unreadable) = skipped(obs.backups.iter().filter(ours).collect()) {
-            return unreadable;
-        }
-    }
     match (found, policy.recovery) {
-        (Some(b), _) => Choice::Restore(b),
+        (Some(b), _) if !readable(b, restorer) => Choice::Unreadable(b.clone()),
+        (Some(b), _) => Choice::Restore(b.clone()),
         // A request naming no backup we have: keep waiting for a good one.
         (None, Recovery::Manual) => Choice::AwaitRequest,
         (None, Recovery::Auto) => Choice::NoBackup,
+    }
+}
+
+/// Whether an etcd of `restorer`'s release can restore `backup`; a backup or a restorer whose
+/// release is not named is taken as readable (taken on 3.5 or older, before keys named it).
+fn readable(backup: &Backup, restorer: Option<Version>) -> bool {
+    match (backup.etcd_version, restorer) {
+        (Some(needs), Some(restorer)) => crate::versions::can_restore(needs, restorer),
+        _ => true,
+    }
+}
+
+/// The wait for a seed of `restorer`'s release that cannot read `backup`.
+fn unrestorable(seed: &Instance, restorer: Version, backup: &Backup) -> Wait {
+    Wait::NoRestorableBackup {
+        instance: seed.id.clone(),
+        seed_version: restorer.to_string(),
+        backup: backup.key.clone(),
+        needs: backup
+            .etcd_version
+            .map_or_else(String::new, |v| v.minor_str()),
     }
 }
 

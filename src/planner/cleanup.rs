@@ -45,11 +45,12 @@ pub fn cleanup(ctx: &Context) -> Vec<Step> {
         )
         .filter(|id| gone(id))
         .map(|id| unpublish(obs, ctx.settings, id));
+    // An adopted member's mark names no instance: `adopt::patience` keeps and forgets those.
     let marks = published
         .down_since
         .keys()
         .chain(published.marked.keys())
-        .filter(|id| gone(id))
+        .filter(|id| gone(id) && !super::adopt::owns_mark(id))
         .map(|id| Step::ForgetDown {
             instance: id.clone(),
         });

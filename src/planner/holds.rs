@@ -28,20 +28,31 @@ pub fn held(instances: &[Instance]) -> Vec<Held> {
         .collect()
 }
 
-/// With no quorum: the terminating instances that a member still answering lists as a voter.
-/// Their disks may hold acknowledged writes the answering members lack, so their hooks are kept
-/// alive (heartbeats) instead of lapsing into a termination on a guess.
+/// With no quorum: the terminating instances that a member still answering lists as a voter,
+/// or, when no member answers at all (every etcd hung or cut off: a last voter paused at
+/// hibernation, disk intact), those whose published config is of the current generation. Their
+/// disks may hold acknowledged writes no backup has, so their hooks are kept alive (heartbeats)
+/// instead of lapsing into a termination on a guess, until they answer or an operator completes
+/// the action (docs/failure-modes.md).
 pub fn held_while_unreachable(obs: &Observation) -> Vec<String> {
     let ClusterState::Unreachable { survivors, .. } = &obs.cluster else {
         return vec![];
     };
+    let token = obs.published.cluster.as_ref().map(|r| r.token.as_str());
+    let of_this_generation = |id: &str| {
+        obs.published
+            .members
+            .get(id)
+            .is_some_and(|p| Some(p.config.token.as_str()) == token)
+    };
     obs.instances
         .iter()
         .filter(|i| i.state == LifecycleState::TerminatingWait)
-        .filter(|i| {
-            survivors
+        .filter(|i| match survivors.is_empty() {
+            true => of_this_generation(&i.id),
+            false => survivors
                 .iter()
-                .any(|s| s.voters.iter().any(|v| v.name == i.id))
+                .any(|s| s.voters.iter().any(|v| v.name == i.id)),
         })
         .map(|i| i.id.clone())
         .collect()

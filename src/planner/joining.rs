@@ -142,7 +142,8 @@ fn admission(ctx: &Context, joiner: &Instance) -> Admission {
             (name, v)
         })
         .collect();
-    crate::versions::admission(version, cluster, &members)
+    crate::versions::auth_admission(version, cluster, ctx.view.auth_enabled)
+        .then(|| crate::versions::admission(version, cluster, &members))
 }
 
 /// Every current member (unstarted ones and learners included) by the name it has or will
@@ -184,6 +185,15 @@ pub fn joins(ctx: &Context) -> Vec<Step> {
     }
     if let Some(v) = ctx.view.voters().find(|v| !v.is_started()) {
         return vec![Step::Wait(Wait::VoterNotStarted { member: v.id })];
+    }
+    // A learner gets the leader's data as its raft snapshot: none is added while etcd has found
+    // the leader corrupt (rule 6 moves leadership to a sound voter first, `leaving::corrupt`).
+    if ctx
+        .view
+        .leader
+        .is_some_and(|l| ctx.view.corrupt().contains(&l))
+    {
+        return vec![];
     }
     // Stricter than etcd: since 3.5.30 and 3.6.11 etcd accepts an add while a quorum of voters
     // is connected (before, every voter had to be: `server/etcdserver/server.go`,

@@ -24,6 +24,8 @@ pub fn removals(ctx: &Context, fresh_snapshot: Option<Step>) -> Vec<Step> {
     for l in &leaving {
         out.push(removal(ctx, l, fresh_snapshot.as_ref()));
     }
+    // Adopted members that do not answer: noted and waited for before they go (`departed`).
+    out.extend(super::adopt::patience(ctx));
     // Action steps before waits, in the order found.
     out.sort_by_key(|s| matches!(s, Step::Wait(_)));
     out
@@ -99,7 +101,8 @@ fn departed<'a>(ctx: &Context<'a>) -> Vec<Leaving<'a>> {
     voters
         .into_iter()
         .filter_map(|m| {
-            // An adopted member stays until the group's instances have taken over.
+            // An adopted member stays until the group's instances have taken over, or, one that
+            // does not answer, until its patience is spent (`adopt::patience`).
             if super::adopt::held(ctx, m) {
                 return None;
             }
@@ -162,11 +165,14 @@ fn removal(ctx: &Context, l: &Leaving, fresh_snapshot: Option<&Step>) -> Step {
     }
 }
 
-/// A started, healthy voter that is staying.
+/// A started, healthy voter that is staying, and that etcd has not found corrupt (a leader's
+/// data is what every learner added under it receives).
 fn transferee(ctx: &Context, from: MemberId) -> Option<MemberId> {
+    let corrupt = ctx.view.corrupt();
     ctx.view
         .voters()
         .filter(|v| v.id != from && v.is_started() && ctx.healthy(v))
+        .filter(|v| !corrupt.contains(&v.id))
         .filter(|v| {
             ctx.instance_of(v)
                 .is_some_and(|i| i.state != LifecycleState::TerminatingWait)
@@ -293,13 +299,34 @@ fn corrupt(ctx: &Context, change_under_way: bool) -> Vec<Step> {
                 .instance_of(m)
                 .filter(|i| i.state == LifecycleState::InService && i.healthy)?;
             let others_keep_quorum = m.is_learner || ctx.removal_keeps_quorum(m);
-            others_keep_quorum.then(|| Step::Replace {
-                instance: i.id.clone(),
-                why: Replacement::Corrupt { member: m.id },
-            })
+            others_keep_quorum
+                .then(|| corrupt_leader_hands_over(ctx, m))
+                .map(|handover| {
+                    handover.unwrap_or_else(|| Step::Replace {
+                        instance: i.id.clone(),
+                        why: Replacement::Corrupt { member: m.id },
+                    })
+                })
         })
         .into_iter()
         .collect()
+}
+
+/// A corrupt member that leads hands leadership to a sound voter before it is replaced: etcd's
+/// periodic check can name the leader itself (it compares the leader's own hash with its
+/// followers', `server/etcdserver/corrupt.go`, checkPeerHashes), and the replacement's learner
+/// would otherwise get the leader's corrupt data as its raft snapshot. None: it does not lead,
+/// or no sound voter can take over (it is replaced all the same: the alarm already stops writes).
+fn corrupt_leader_hands_over(ctx: &Context, m: &Member) -> Option<Step> {
+    if ctx.view.leader != Some(m.id) || m.is_learner || !ctx.healthy(m) {
+        return None;
+    }
+    let to = transferee(ctx, m.id)?;
+    Some(Step::TransferLeadership {
+        from: m.id,
+        to,
+        leader_endpoint: m.client_urls.first()?.clone(),
+    })
 }
 
 /// Started voters that do not answer, on in-service instances: noted, waited for, replaced.

@@ -86,6 +86,7 @@ pub fn assess(obs: &Observation, settings: &Settings) -> Plan {
     if let Some(step) = adopt::adopt(&ctx)
         .or_else(|| record::bookkeeping(&ctx))
         .or_else(|| adopt::finished(&ctx))
+        .or_else(|| backup::unfence(&ctx))
         .or_else(|| cleanup::forget_recovered(&ctx))
     {
         return Plan::only(step);

@@ -101,6 +101,12 @@ pub enum Step {
         alarm: Alarm,
         endpoint: String,
     },
+    /// Raise NOSPACE for `model::FENCE` before a hibernating cluster's final snapshot: every
+    /// write is refused cluster-wide from then on, so nothing acknowledged is left out of it.
+    FenceWrites {
+        alarm: Alarm,
+        endpoint: String,
+    },
     /// Turn etcd's authentication on (ETCD_AUTH=on): the cluster serves and it is off.
     EnableAuth {
         endpoint: String,
@@ -226,6 +232,15 @@ pub enum Wait {
     AdoptionRefused {
         why: String,
     },
+    /// An adopted member (outside the group) does not answer: removed once it has been down
+    /// UNHEALTHY_REPLACE_SECS (from its down-mark), unless that would leave two voters before a
+    /// member of the group has joined (`last_margin`: an operator's call).
+    AdoptedMemberDown {
+        member: MemberId,
+        name: String,
+        down_secs: i64,
+        last_margin: bool,
+    },
     /// START_FROM=backup: a new stack (no cluster record) never starts empty; its first
     /// launches are held until a restore request names the backup to start from.
     AwaitFirstRestore,
@@ -323,12 +338,13 @@ pub enum Wait {
     CorruptMajority {
         members: Vec<MemberId>,
     },
-    /// A restore would need a backup this etcd can read: every backup was taken on a newer etcd
-    /// than the seed's (`skipped`, by key).
+    /// The backup to restore (the freshest of the lineage, or the one requested) holds the
+    /// storage of a newer etcd (`needs`, a minor) than the seed's: never an older one on a guess.
     NoRestorableBackup {
         instance: String,
         seed_version: String,
-        skipped: Vec<String>,
+        backup: String,
+        needs: String,
     },
     /// etcd refused a step with an answer that means "not yet" (a member down, the learner not in
     /// sync, too few started members) for longer than this invocation could wait.
@@ -388,6 +404,7 @@ impl Step {
             Self::Compact { .. } => "compact",
             Self::Defragment { .. } => "defragment",
             Self::Disarm { .. } => "disarm-alarm",
+            Self::FenceWrites { .. } => "fence-writes",
             Self::EnableAuth { .. } => "enable-auth",
             Self::Backup { .. } => "backup",
             Self::Prune { .. } => "prune-backup",
@@ -465,6 +482,7 @@ impl Wait {
             Self::RestoreRequestUnusable { .. } => "restore-request-unusable",
             Self::AwaitFirstRestore => "await-first-restore",
             Self::AdoptionRefused { .. } => "adoption-refused",
+            Self::AdoptedMemberDown { .. } => "adopted-member-down",
             Self::Asleep { .. } => "asleep",
             Self::FinalSnapshotPending { .. } => "final-snapshot-pending",
             Self::QuorumGuard { .. } => "quorum-guard",
@@ -514,6 +532,7 @@ impl Wait {
             | Self::JoinBlocked { member }
             | Self::PeerUrlTaken { member, .. }
             | Self::MemberDown { member, .. }
+            | Self::AdoptedMemberDown { member, .. }
             | Self::MemberUnreachableFromFunction { member, .. } => Some(*member),
             _ => None,
         }
@@ -664,6 +683,8 @@ impl Step {
                 format!("maintenance: member {member}'s database file is mostly free space: defragment it")
             }
             Self::EnableAuth { .. } => "access: etcd's authentication is off (ETCD_AUTH=on): create the root user the function acts as and turn it on".into(),
+            Self::FenceWrites { .. } => "hibernation: the group is scaled to zero: fence writes (NOSPACE raised by the function, cluster-wide) before the last voter's final snapshot, so that no write is acknowledged after it".into(),
+            Self::Disarm { alarm, .. } if alarm.member == crate::model::FENCE => "hibernation: the group wants members again: lift the function's write fence (its NOSPACE alarm)".into(),
             Self::Disarm { alarm, .. } if alarm.kind == crate::model::CORRUPT => format!(
                 "rule 6: member {} that etcd found corrupt is no longer a member: disarm its CORRUPT alarm (the cluster refuses writes while it is raised)",
                 alarm.member
@@ -725,6 +746,12 @@ impl Wait {
             Self::AdoptionRefused { why } => format!(
                 "adoption refused, nothing changed: {why}; fix the cluster (or ADOPT_ENDPOINTS) and the next invocation checks again"
             ),
+            Self::AdoptedMemberDown { member, name, down_secs, last_margin: false } => format!(
+                "adopted member {name} ({member}) has not answered for {down_secs} s: removed once it has been down UNHEALTHY_REPLACE_SECS, while the others keep a quorum"
+            ),
+            Self::AdoptedMemberDown { member, name, down_secs, last_margin: true } => format!(
+                "adopted member {name} ({member}) has not answered for {down_secs} s, and removing it would leave two voters before a member of the group has joined: held; if it is dead, remove it by hand (etcdctl member remove {member}), else bring it back or open its client port to the function"
+            ),
             Self::AwaitFirstRestore => "START_FROM=backup: this stack's first cluster starts from a backup only; the launching instances are held until `etcd-asg restore` (or `restore --from` another stack's backup) names it".into(),
             Self::RestoreRequestUnusable { request, why } => format!(
                 "a new cluster is to start from the backup <prefix>/restore-request names ({request:?}), and {why}: nothing starts until it can (or the request is deleted, for an empty cluster)"
@@ -785,9 +812,8 @@ impl Wait {
                 members.len(),
                 members.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
             ),
-            Self::NoRestorableBackup { instance, seed_version, skipped } => format!(
-                "the seed {instance} runs etcd {seed_version}, which cannot restore any backup: {} taken on a newer etcd",
-                skipped.join(", ")
+            Self::NoRestorableBackup { instance, seed_version, backup, needs } => format!(
+                "the seed {instance} runs etcd {seed_version}, which cannot restore {backup} (it needs etcd {needs} or newer): launch that release (the stack's EtcdVersion), or name an older backup with `etcd-asg restore KEY` (the writes after it are lost)"
             ),
             Self::Refused { step, instance, refusal } => format!(
                 "etcd refuses {step}{} for now ({refusal})",

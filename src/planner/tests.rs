@@ -308,7 +308,12 @@ fn a_seed_in_service_with_nobody_answering_is_an_unreachable_cluster_not_a_boots
 
 #[test]
 fn unreachable_cluster_changes_nothing_even_for_terminations() {
-    let g = given(vec![inst(2, TerminatingWait), inst(3, InService)]).record(1);
+    // Members (their configs published) whose etcd does not answer. (A terminating instance
+    // that never had a config never held data: `instances_that_never_held_data_are_let_go…`.)
+    let g = given(vec![inst(2, TerminatingWait), inst(3, InService)])
+        .record(1)
+        .some_config(2)
+        .some_config(3);
     assert!(matches!(
         g.plan(),
         Step::Wait(Wait::ClusterUnreachable { .. })
@@ -771,7 +776,8 @@ fn a_member_list_that_cannot_be_read_allows_no_membership_change() {
         inst(2, InService),
         inst(3, TerminatingWait),
     ])
-    .record(1);
+    .record(1)
+    .some_config(3);
     assert!(matches!(
         g.plan(),
         Step::Wait(Wait::ClusterUnreachable { .. })
@@ -823,6 +829,37 @@ fn what_a_plan_lets_lapse_idle_everything_a_step_nothing_unreachable_all_but_lis
         released(&listed, &unreachable),
         [(i(2), Transition::Launch)].into_iter().collect()
     );
+}
+
+/// Scaled to zero, the last voter's etcd hung before its final snapshot (paused: disk intact).
+/// No member answers, so no answering member lists it: before, its hook lapsed and the disk
+/// with the only copy of the newest writes was deleted. It is held (heartbeated, named) until
+/// it answers or an operator completes the action; an instance of an older generation, or one
+/// whose config never came, is not.
+#[test]
+fn a_hung_last_voter_is_held_while_nothing_answers() {
+    use crate::planner::{held_while_unreachable, released};
+    let g = with_backups(given(vec![inst(1, TerminatingWait)]))
+        .record(1)
+        .published(1, seed_config(1), 1)
+        .desired(0);
+    let step = g.plan();
+    assert!(
+        matches!(step, Step::Wait(Wait::ClusterUnreachable { .. })),
+        "{step:?}"
+    );
+    assert_eq!(held_while_unreachable(&g.obs), vec![i(1)]);
+    assert!(!released(&g.obs, &step).contains(&(i(1), Transition::Terminate)));
+    // A config of an older generation (a survivor of a restore): not this cluster's data.
+    let old = g.published(
+        1,
+        MemberConfig {
+            token: "etcd-old".into(),
+            ..seed_config(1)
+        },
+        1,
+    );
+    assert!(held_while_unreachable(&old.obs).is_empty());
 }
 
 #[test]
@@ -1466,6 +1503,7 @@ fn a_lost_majority_with_a_newer_survivor_is_snapshotted_then_restored_from_it() 
                 cluster_id: 7,
                 member: id(1).to_string(),
                 etcd_version: String::new(),
+                cluster_version: None,
                 taken_at: 1000,
             }
         }
@@ -2160,8 +2198,72 @@ fn a_corrupt_member_is_replaced_never_a_majority_and_its_alarm_disarmed_once_gon
     assert_ne!(from, id(1));
 }
 
+/// etcd's periodic check compares the leader's own hash with its followers' and can raise
+/// CORRUPT against the leader itself (`server/etcdserver/corrupt.go`,
+/// checkPeerHashes/TriggerCorruptAlarm). A learner added while a corrupt member leads receives
+/// the corrupt data as its raft snapshot: leadership moves to a sound voter before the corrupt
+/// leader is replaced, no learner is added while it leads, and a handover never goes to another
+/// corrupt member.
 #[test]
-fn a_restore_uses_only_a_backup_the_seeds_etcd_can_read() {
+fn a_corrupt_leader_hands_over_before_it_is_replaced_and_no_learner_joins_under_it() {
+    let members = || vec![voter(1), voter(2), voter(3)];
+    let three = || vec![inst(1, InService), inst(2, InService), inst(3, InService)];
+    // Member 1 leads (`members` makes the first voter the leader) and is corrupt.
+    let g = given(three())
+        .record(1)
+        .members(members())
+        .alarm(1, CORRUPT);
+    assert_eq!(
+        g.plan(),
+        Step::TransferLeadership {
+            from: id(1),
+            to: id(2),
+            leader_endpoint: "http://10.0.0.1:2379".into(),
+        }
+    );
+    // A new instance launching meanwhile is not added under the corrupt leader.
+    let mut four = three();
+    four.push(inst(4, PendingWait));
+    let g = given(four).record(1).members(members()).alarm(1, CORRUPT);
+    assert!(
+        !matches!(g.plan(), Step::AddLearner { .. }),
+        "{:?}",
+        g.plan()
+    );
+    // Once a sound member leads, the corrupt one is replaced.
+    let g = given(three())
+        .record(1)
+        .members(members())
+        .leader(2)
+        .alarm(1, CORRUPT);
+    assert_eq!(
+        g.plan(),
+        Step::Replace {
+            instance: i(1),
+            why: Replacement::Corrupt { member: id(1) }
+        }
+    );
+    // A corrupt leader leaving on its own (a termination) hands over to a sound voter only:
+    // member 2, the lowest id, is corrupt too (a majority of five stays sound).
+    let five = (1..=5).map(|n| inst(n, InService)).collect::<Vec<_>>();
+    let mut g = given(five)
+        .record(1)
+        .members((1..=5).map(voter).collect())
+        .alarm(1, CORRUPT)
+        .alarm(2, CORRUPT);
+    g.obs.instances[0].state = TerminatingWait;
+    assert!(
+        matches!(g.plan(), Step::TransferLeadership { from, to, .. } if from == id(1) && to == id(3)),
+        "{:?}",
+        g.plan()
+    );
+}
+/// A total loss, and the group relaunched from a launch template rolled back a minor (3.6):
+/// the freshest backup was taken on 3.7 and 3.6 cannot read it. Restoring the older 3.6 backup
+/// would drop every write since on a guess: the function waits, naming the backup and the
+/// release it needs; an operator may still name the older one.
+#[test]
+fn a_restore_never_passes_over_the_freshest_backup_for_an_older_readable_one() {
     let taken = |at: i64, version: &str| Backup {
         key: format!("p/etcd-i-00000001/{at}-v{version}.db"),
         token: "etcd-i-00000001".into(),
@@ -2179,31 +2281,115 @@ fn a_restore_uses_only_a_backup_the_seeds_etcd_can_read() {
         daily_days: 90,
         recovery: crate::config::Recovery::Auto,
     });
-    // The newer backup was taken on 3.7: skipped, said so, the 3.6 one restored.
-    let step = plan(&g.obs, &s);
-    assert!(
-        matches!(&step, Step::Restore { backup, skipped, .. }
-        if backup.taken_at == 100 && skipped == &vec![taken(200, "3.7.4").key]),
-        "{step:?}"
-    );
-    assert!(
-        step.why().contains("skipped") && step.why().contains("3.7.4"),
-        "{}",
-        step.why()
-    );
-    // Only 3.7 backups: a wait that names them.
-    g.obs.backups = vec![taken(200, "3.7.4")];
     let step = plan(&g.obs, &s);
     let Step::Wait(Wait::NoRestorableBackup {
-        skipped,
+        backup,
         seed_version,
+        needs,
         ..
     }) = &step
     else {
         panic!("{step:?}")
     };
-    assert_eq!(seed_version, "3.6.17");
-    assert_eq!(skipped, &vec![taken(200, "3.7.4").key]);
+    assert_eq!(
+        (backup, seed_version, needs.as_str()),
+        (&taken(200, "3.7.4").key, &"3.6.17".to_string(), "3.7")
+    );
+    assert!(step.why().contains("needs etcd 3.7"), "{}", step.why());
+    // The same under RECOVERY=manual with a request for `latest`.
+    let mut manual = s.clone();
+    manual.backup.as_mut().unwrap().recovery = crate::config::Recovery::Manual;
+    g.obs.published.restore_request = Some("latest".into());
+    g.obs.published.restore_request_at = Some(900);
+    assert!(matches!(
+        plan(&g.obs, &manual),
+        Step::Wait(Wait::NoRestorableBackup { .. })
+    ));
+    // The operator names the older backup: restored, the newer one it passes over said so.
+    g.obs.published.restore_request = Some(taken(100, "3.6.17").key);
+    let step = plan(&g.obs, &manual);
+    assert!(
+        matches!(&step, Step::Restore { backup, skipped, .. }
+        if backup.taken_at == 100 && skipped == &vec![taken(200, "3.7.4").key]),
+        "{step:?}"
+    );
+    assert!(step.why().contains("3.7.4"), "{}", step.why());
+    // The template back on 3.7: the freshest is restored.
+    g.obs.instances[0].etcd_version = Some(Version::new(3, 7, 4));
+    assert!(matches!(plan(&g.obs, &s), Step::Restore { backup, .. } if backup.taken_at == 200));
+}
+
+/// A 3.6 member's snapshot of a cluster still at 3.5 holds 3.5's storage (its key says `-s3.5`,
+/// `versions::storage_of`): a 3.5 seed restores it.
+#[test]
+fn a_snapshot_of_a_cluster_still_at_the_older_minor_is_restored_by_that_minor() {
+    let mut g = given(vec![running(5, PendingWait, "3.5.36")]).record(1);
+    g.obs.backups = vec![Backup {
+        key: "p/etcd-i-00000001/200-v3.6.17-s3.5.db".into(),
+        token: "etcd-i-00000001".into(),
+        taken_at: 200,
+        revision: 200,
+        size: 1,
+        etcd_version: Some(Version::new(3, 5, 0)),
+    }];
+    let s = with_backups(given(vec![])).settings.unwrap();
+    assert!(
+        matches!(plan(&g.obs, &s), Step::Restore { backup, .. } if backup.taken_at == 200),
+        "{:?}",
+        plan(&g.obs, &s)
+    );
+}
+
+/// The operator's way out of that wait: the template back on the right release, the waiting
+/// instances terminated. They never held data (no config was ever published for them), so
+/// their terminations are let go at once, and the relaunched instances restore. Before, they
+/// counted as instances that might run an etcd: the cluster stayed "unreachable", their hooks
+/// held, the new instances never restored.
+#[test]
+fn instances_that_never_held_data_are_let_go_at_once_when_terminated_while_the_cluster_is_lost() {
+    let mut g = with_backups(given(vec![
+        running(5, TerminatingWait, "3.6.17"),
+        running(6, TerminatingWait, "3.6.17"),
+        running(7, PendingWait, "3.7.4"),
+    ]))
+    .record(1);
+    g.obs.backups = vec![Backup {
+        key: "p/etcd-i-00000001/200-v3.7.4.db".into(),
+        token: "etcd-i-00000001".into(),
+        taken_at: 200,
+        revision: 200,
+        size: 1,
+        etcd_version: Some(Version::new(3, 7, 4)),
+    }];
+    assert_eq!(
+        g.plan(),
+        complete(5, Transition::Terminate, ActionResult::Continue)
+    );
+    g.obs.instances.remove(0);
+    assert_eq!(
+        g.plan(),
+        complete(6, Transition::Terminate, ActionResult::Continue)
+    );
+    g.obs.instances.remove(0);
+    assert!(
+        matches!(g.plan(), Step::Restore { seed_arn, .. } if seed_arn == arn(7)),
+        "{:?}",
+        g.plan()
+    );
+    // One that held data (its config was published: it may still hold a member's only copy)
+    // is never let go on a guess.
+    let mut held = with_backups(given(vec![
+        running(5, TerminatingWait, "3.7.4"),
+        running(7, PendingWait, "3.7.4"),
+    ]))
+    .record(1)
+    .some_config(5);
+    held.obs.backups = g.obs.backups.clone();
+    assert!(
+        matches!(held.plan(), Step::Wait(Wait::ClusterUnreachable { .. })),
+        "{:?}",
+        held.plan()
+    );
 }
 
 /// A zone's loss took two voters of five; the group replaced one, and its replacement now
@@ -2264,6 +2450,47 @@ fn sleeping_at(revision: i64) -> crate::model::Sleeping {
     }
 }
 
+fn fence() -> Alarm {
+    Alarm {
+        member: FENCE,
+        kind: NOSPACE.into(),
+    }
+}
+
+/// The function's write fence raised, as the cluster reports it.
+fn fenced(mut g: Given) -> Given {
+    if let ClusterState::Known(v) = &mut g.obs.cluster {
+        v.alarms.push(fence());
+    }
+    g
+}
+
+/// Before the last voter's final snapshot, writes are fenced (NOSPACE, raised by the function
+/// for no member), so that none is acknowledged after the snapshot and lost at the wake.
+#[test]
+fn writes_are_fenced_before_the_final_snapshot() {
+    let mut g = with_backups(given(vec![inst(1, TerminatingWait)]))
+        .record(1)
+        .some_config(1)
+        .members(vec![voter(1)])
+        .status(1, 70);
+    g.obs.backups = vec![backup_at(60)];
+    assert_eq!(
+        g.plan(),
+        Step::FenceWrites {
+            alarm: fence(),
+            endpoint: "http://10.0.0.1:2379".into()
+        }
+    );
+    assert!(matches!(
+        fenced(g).plan(),
+        Step::Backup {
+            reason: BackupReason::Final,
+            ..
+        }
+    ));
+}
+
 #[test]
 fn the_last_voter_of_a_group_scaled_to_zero_goes_only_after_its_final_snapshot_and_the_record_says_so(
 ) {
@@ -2274,8 +2501,8 @@ fn the_last_voter_of_a_group_scaled_to_zero_goes_only_after_its_final_snapshot_a
             .members(vec![voter(1)])
             .status(1, 70)
     };
-    // Its newest backup is older than its revision: a final snapshot of it first.
-    let mut g = base();
+    // Its newest backup is older than its revision, writes fenced (below): a final snapshot.
+    let mut g = fenced(base());
     g.obs.backups = vec![backup_at(60)];
     let step = g.plan();
     assert!(
@@ -2299,8 +2526,8 @@ fn the_last_voter_of_a_group_scaled_to_zero_goes_only_after_its_final_snapshot_a
         "{:?}",
         g.plan()
     );
-    // A write after the snapshot (a client still connected): snapshot again.
-    let mut later = base().status(1, 75);
+    // A write after the snapshot (a delete, which NOSPACE lets through): snapshot again.
+    let mut later = fenced(base().status(1, 75));
     later.obs.backups = vec![backup_at(70)];
     later.obs.published.cluster.as_mut().unwrap().sleeping = Some(sleeping_at(70));
     assert!(
@@ -2333,8 +2560,12 @@ fn the_last_voter_of_a_group_scaled_to_zero_goes_only_after_its_final_snapshot_a
     );
 }
 
+/// It wakes from the newest snapshot of the sleeping generation, whatever RECOVERY says: the
+/// recorded final snapshot, or a newer one of the same generation (a newer final snapshot, or
+/// one taken before a removal when the group was scaled up again before the last voter left),
+/// never an older one.
 #[test]
-fn a_sleeping_cluster_wakes_from_exactly_its_final_snapshot_whatever_recovery_says() {
+fn a_sleeping_cluster_wakes_from_the_newest_snapshot_of_its_generation_whatever_recovery_says() {
     let mut s = settings();
     s.backup = Some(crate::config::BackupPolicy {
         interval_secs: 900,
@@ -2344,10 +2575,8 @@ fn a_sleeping_cluster_wakes_from_exactly_its_final_snapshot_whatever_recovery_sa
     });
     let mut g = given(vec![]).record(1);
     g.obs.published.cluster.as_mut().unwrap().sleeping = Some(sleeping_at(70));
-    // A newer backup of the generation is not what it sleeps at: never chosen.
-    let mut newer = backup_at(90);
-    newer.taken_at = 950;
-    g.obs.backups = vec![backup_at(70), newer];
+    // An older backup of the generation, and the final snapshot.
+    g.obs.backups = vec![backup_at(50), backup_at(70)];
     // Nobody launching: asleep, and says where.
     assert_eq!(
         plan(&g.obs, &s),
@@ -2364,6 +2593,49 @@ fn a_sleeping_cluster_wakes_from_exactly_its_final_snapshot_whatever_recovery_sa
             if backup.key == backup_at(70).key && new.sleeping.is_none() && new.seed == i(5)),
         "{step:?}"
     );
+    // A newer snapshot of the same generation than the recorded one: that one.
+    let mut newer = backup_at(90);
+    newer.taken_at = 950;
+    g.obs.backups.push(newer.clone());
+    let step = plan(&g.obs, &s);
+    assert!(
+        matches!(&step, Step::Restore { backup, .. } if backup.key == newer.key),
+        "{step:?}"
+    );
+    // Another generation's newer backup is not this cluster's data: never chosen.
+    let mut foreign = backup_at(95);
+    foreign.token = "etcd-other".into();
+    foreign.key = "p/etcd-other/95.db".into();
+    foreign.taken_at = 990;
+    g.obs.backups.push(foreign);
+    assert!(matches!(plan(&g.obs, &s), Step::Restore { backup, .. } if backup.key == newer.key));
+}
+
+/// The fence is lifted once the group wants members again: woken from a final snapshot that
+/// carries it, or scaled back up before the last voter left; never while it sleeps.
+#[test]
+fn the_write_fence_is_lifted_once_the_group_wants_members_again() {
+    let fence = fence();
+    let mut g = with_backups(given(vec![inst(1, InService)]))
+        .record(1)
+        .some_config(1)
+        .members(vec![voter(1)])
+        .desired(1);
+    if let ClusterState::Known(v) = &mut g.obs.cluster {
+        v.alarms.push(fence.clone());
+    }
+    assert_eq!(
+        g.plan(),
+        Step::Disarm {
+            alarm: fence.clone(),
+            endpoint: "http://10.0.0.1:2379".into()
+        }
+    );
+    assert!(g.plan().why().contains("fence"), "{}", g.plan().why());
+    // Still scaling to zero: kept.
+    g.obs.instances[0].state = TerminatingWait;
+    g.obs.desired_capacity = 0;
+    assert!(!matches!(g.plan(), Step::Disarm { .. }), "{:?}", g.plan());
 }
 
 #[test]
@@ -2491,7 +2763,7 @@ fn a_new_stack_with_a_restore_request_starts_from_exactly_that_backup_or_not_at_
         i.etcd_version = Some(Version::new(3, 5, 30));
     }
     assert!(
-        matches!(old_seed.plan(), Step::Wait(Wait::NoRestorableBackup { skipped, .. }) if skipped == vec![copied.key.clone()])
+        matches!(old_seed.plan(), Step::Wait(Wait::NoRestorableBackup { backup, .. }) if backup == copied.key)
     );
     let mut unknown = g(Some(&copied.key));
     unknown.obs.instances[0].etcd_version = None;
@@ -2731,23 +3003,28 @@ fn an_adoption_is_refused_for_twin_names_a_stranger_endpoint_and_an_etcd_that_ca
 }
 
 #[test]
-fn a_dead_adopted_member_is_removed_at_once_and_one_its_peers_see_stays() {
+fn a_dead_adopted_member_goes_once_its_patience_is_spent_and_one_its_peers_see_stays() {
     let record = |g: Given| {
         let mut g = adopting(g).record(1);
         let r = g.obs.published.cluster.as_mut().unwrap();
         r.adopting = Some(Adopting {
-            members: vec![201, 202, 203],
+            members: vec![201, 202, 203, 204, 205],
             since: 1,
         });
         g
     };
     let group = |_: u8| (1..=3).map(|n| inst(n, PendingWait)).collect::<Vec<_>>();
-    let with = |extra: Vec<Member>| (1..=3).map(adopted).chain(extra).collect::<Vec<_>>();
-    // A dead adopted member goes at once; one its peers still see connected is alive and stays.
+    let with = |extra: Vec<Member>| (1..=5).map(adopted).chain(extra).collect::<Vec<_>>();
+    // A dead adopted member goes once down UNHEALTHY_REPLACE_SECS (five old members: four
+    // stay); one its peers still see connected is alive and stays.
     let mut dead = record(given(group(0)).members(with(vec![])));
     if let ClusterState::Known(v) = &mut dead.obs.cluster {
         v.healthy.remove(&MemberId(202));
     }
+    dead.obs
+        .published
+        .down_since
+        .insert("adopted-ca".into(), dead.obs.now - 300);
     assert!(
         matches!(
             dead.plan(),
@@ -2766,5 +3043,287 @@ fn a_dead_adopted_member_is_removed_at_once_and_one_its_peers_see_stays() {
         !matches!(dead.plan(), Step::RemoveMember { .. }),
         "{:?}",
         dead.plan()
+    );
+}
+
+// Issue #38, item 2: adoption cannot hurt the team's cluster.
+
+/// A fit cluster of three old members (`adopted`), the group's three instances launching.
+fn fit_for_adoption() -> Given {
+    adopting(
+        given((1..=3).map(|n| inst(n, PendingWait)).collect())
+            .members((1..=3).map(adopted).collect()),
+    )
+}
+
+fn view_mut(g: &mut Given) -> &mut ClusterView {
+    match &mut g.obs.cluster {
+        ClusterState::Known(v) => v,
+        _ => panic!("no cluster"),
+    }
+}
+
+fn refused_saying(g: &Given, says: &[&str]) {
+    match g.plan() {
+        Step::Wait(Wait::AdoptionRefused { why }) => {
+            for s in says {
+                assert!(why.contains(s), "{s}: {why}");
+            }
+        }
+        other => panic!("{says:?}: {other:?}"),
+    }
+}
+
+/// (a) A learner's quota below the adopted database raises NOSPACE for the whole cluster at its
+/// first applied write: refused, naming both sizes, with a tenth of the quota as headroom.
+#[test]
+fn an_adoption_is_refused_while_the_stacks_quota_leaves_no_room_for_the_clusters_database() {
+    const MIB: u64 = 1 << 20;
+    let with_db = |db_size: u64, quota: u64| {
+        let mut g = fit_for_adoption();
+        g.settings.as_mut().unwrap().topology.quota_backend_bytes = quota;
+        for (n, size) in [(1, db_size / 2), (2, db_size), (3, db_size / 3)] {
+            view_mut(&mut g).statuses.insert(
+                MemberId(200 + n),
+                MemberStatus {
+                    db_size: size,
+                    db_size_in_use: size / 2,
+                    version: "3.6.17".into(),
+                    revision: 9,
+                },
+            );
+        }
+        g
+    };
+    // As seen: a 26 MB cluster, a 16 MiB quota.
+    refused_saying(
+        &with_db(26_000_000, 16 * MIB),
+        &["old-2", "24 MiB", "16 MiB", "QUOTA_BACKEND_BYTES"],
+    );
+    // Within the last tenth of the quota: refused too; below it: adopted.
+    refused_saying(&with_db(92 * MIB, 100 * MIB), &["92 MiB", "100 MiB"]);
+    assert!(matches!(
+        with_db(89 * MIB, 100 * MIB).plan(),
+        Step::CreateCluster(_)
+    ));
+}
+
+/// (e) etcd does not support a rolling 3.4 → 3.5 upgrade with authentication on (3.5 changed the
+/// WAL form of auth entries): such a cluster is not adopted by a stack of 3.5 or later.
+#[test]
+fn a_34_cluster_with_authentication_on_is_not_adopted_by_a_35_stack() {
+    let g = |auth: bool, stack: Version| {
+        let mut g = fit_for_adoption();
+        let v = view_mut(&mut g);
+        v.cluster_version = Some(Version::new(3, 4, 0));
+        v.auth_enabled = auth;
+        for i in &mut g.obs.instances {
+            i.etcd_version = Some(stack);
+        }
+        g
+    };
+    refused_saying(
+        &g(true, Version::new(3, 5, 30)),
+        &["3.4", "authentication", "3.5.30", "upgrade_3_5"],
+    );
+    assert!(matches!(
+        g(false, Version::new(3, 5, 30)).plan(),
+        Step::CreateCluster(_)
+    ));
+    assert!(matches!(
+        g(true, Version::new(3, 4, 23)).plan(),
+        Step::CreateCluster(_)
+    ));
+}
+
+/// (b) An adoption never turns on an adopted cluster's authentication by the default of
+/// TLS=managed; only ETCD_AUTH=on, set explicitly, does. A stack's own cluster is unchanged.
+#[test]
+fn an_adopted_cluster_keeps_its_authentication_as_found_unless_etcd_auth_is_set() {
+    let served = |token: &str| {
+        let mut g = given((1..=3).map(|n| inst(n, InService)).collect())
+            .members((1..=3).map(voter).collect())
+            .record(1);
+        g.obs.published.cluster.as_mut().unwrap().token = token.into();
+        for n in 1..=3 {
+            let c = MemberConfig {
+                state: InitialState::Existing,
+                root_tokens: true,
+                etcd_version: None,
+                ..seed_config(n)
+            };
+            g = g.published(n, c, 1);
+        }
+        g.settings = Some(Settings {
+            etcd_auth: true,
+            ..settings()
+        });
+        g
+    };
+    let enable = Step::EnableAuth {
+        endpoint: ANSWERING.into(),
+    };
+    assert_eq!(served("etcd-i-00000001").plan(), enable);
+    assert_ne!(served("etcd-adopted-7").plan(), enable);
+    // The record says so, whatever the token (a record of this field's time).
+    let mut recorded = served("etcd-i-00000001");
+    recorded
+        .obs
+        .published
+        .cluster
+        .as_mut()
+        .unwrap()
+        .adopted_auth = Some(false);
+    assert_ne!(recorded.plan(), enable);
+    // ETCD_AUTH=on set explicitly: on, adopted or not.
+    for mut g in [recorded, served("etcd-adopted-7")] {
+        g.settings.as_mut().unwrap().etcd_auth_explicit = true;
+        assert_eq!(g.plan(), enable);
+    }
+    // The adoption's record says whether authentication was on.
+    for auth in [false, true] {
+        let mut g = fit_for_adoption();
+        view_mut(&mut g).auth_enabled = auth;
+        match g.plan() {
+            Step::CreateCluster(r) => assert_eq!(r.adopted_auth, Some(auth)),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// `old` adopted members and `joined` members of the group voters; old-2 (0xca) does not answer,
+/// down-marked `down_for` seconds ago if at all.
+fn down_adopted(old: u8, joined: u8, down_for: Option<i64>) -> Given {
+    let group = (1..=3)
+        .map(|n| inst(n, if n <= joined { InService } else { PendingWait }))
+        .collect();
+    let members = (1..=old)
+        .map(adopted)
+        .chain((1..=joined).map(voter))
+        .collect();
+    let mut g = adopting(given(group).members(members)).record(1);
+    g.obs.published.cluster.as_mut().unwrap().adopting = Some(Adopting {
+        members: (1..=old as u64).map(|n| 200 + n).collect(),
+        since: 1,
+    });
+    view_mut(&mut g).healthy.remove(&MemberId(202));
+    if let Some(secs) = down_for {
+        let since = g.obs.now - secs;
+        g.obs
+            .published
+            .down_since
+            .insert("adopted-ca".into(), since);
+    }
+    g
+}
+
+fn old_2_removed(g: &Given) -> bool {
+    matches!(
+        g.plan(),
+        Step::RemoveMember {
+            member: MemberId(202),
+            ..
+        }
+    )
+}
+
+/// (c) An old member that does not answer gets the patience the group's members get
+/// (UNHEALTHY_REPLACE_SECS, from a down-mark): one missed probe removed it before.
+#[test]
+fn a_down_adopted_member_gets_the_groups_patience_first() {
+    // One missed probe: noted, never removed.
+    assert_eq!(
+        down_adopted(3, 0, None).plan(),
+        Step::NoteDown {
+            instance: "adopted-ca".into(),
+            since: 1000
+        }
+    );
+    // Within UNHEALTHY_REPLACE_SECS: waited for (and the mark is not cleaned up as an
+    // instance's that is gone).
+    let waiting = down_adopted(5, 0, Some(299));
+    assert!(
+        matches!(
+            waiting.plan(),
+            Step::Wait(Wait::AdoptedMemberDown {
+                member: MemberId(202),
+                down_secs: 299,
+                last_margin: false,
+                ..
+            })
+        ),
+        "{:?}",
+        waiting.plan()
+    );
+    assert!(matches!(
+        assess(&waiting.obs, waiting.settings.as_ref().unwrap()).waits[..],
+        [Wait::AdoptedMemberDown { .. }, Wait::JoinBlocked { .. }]
+    ));
+    // Spent, five old members: four stay.
+    let spent = down_adopted(5, 0, Some(300));
+    assert!(old_2_removed(&spent), "{:?}", spent.plan());
+}
+
+/// (c) A down adopted member never goes while that would leave two voters (no failure
+/// tolerated) before a member of the group has joined: the function cannot tell it dead from
+/// unreachable, an operator can.
+#[test]
+fn a_down_adopted_member_never_leaves_two_voters_before_the_group_has_joined() {
+    let three = down_adopted(3, 0, Some(10_000));
+    match three.plan() {
+        Step::Wait(
+            w @ Wait::AdoptedMemberDown {
+                last_margin: true, ..
+            },
+        ) => assert!(w.why().contains("etcdctl member remove ca"), "{}", w.why()),
+        other => panic!("{other:?}"),
+    }
+    // Once a member of the group has joined: removed once spent (two old members, one of the
+    // group's).
+    let joined = |secs| down_adopted(2, 1, Some(secs));
+    assert!(old_2_removed(&joined(300)), "{:?}", joined(300).plan());
+    assert!(!old_2_removed(&joined(299)), "{:?}", joined(299).plan());
+}
+
+/// (c) An adopted member's down-mark goes once it answers again, or once it is gone.
+#[test]
+fn an_adopted_members_down_mark_goes_once_it_answers_or_is_gone() {
+    let forget = Step::ForgetDown {
+        instance: "adopted-ca".into(),
+    };
+    let mut back = down_adopted(3, 0, Some(100));
+    view_mut(&mut back).healthy.insert(MemberId(202));
+    assert_eq!(back.plan(), forget);
+    let mut gone = down_adopted(3, 0, Some(100));
+    view_mut(&mut gone)
+        .members
+        .retain(|m| m.id != MemberId(202));
+    assert_eq!(gone.plan(), forget);
+}
+
+/// (e) The join gate: no etcd 3.5 or later joins a 3.4 cluster with authentication on
+/// (https://etcd.io/docs/v3.5/upgrades/upgrade_3_5/); its launch is refused, as for any release
+/// etcd would never admit.
+#[test]
+fn the_join_gate_refuses_35_into_a_34_cluster_with_authentication_on() {
+    let g = |auth: bool| {
+        let mut g = given(vec![inst(1, InService), inst(2, PendingWait)])
+            .members(vec![voter(1)])
+            .record(1);
+        let v = view_mut(&mut g);
+        v.cluster_version = Some(Version::new(3, 4, 0));
+        v.auth_enabled = auth;
+        g.obs.instances[1].etcd_version = Some(Version::new(3, 5, 30));
+        g
+    };
+    assert!(
+        matches!(g(true).plan(), Step::RefuseLaunch { ref instance, ref why } if *instance == i(2) && why.contains("authentication on")),
+        "{:?}",
+        g(true).plan()
+    );
+    assert!(
+        matches!(g(false).plan(), Step::AddLearner { .. }),
+        "{:?}",
+        g(false).plan()
     );
 }

@@ -58,6 +58,7 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             Step::Compact { .. }
             | Step::Defragment { .. }
             | Step::Disarm { .. }
+            | Step::FenceWrites { .. }
             | Step::EnableAuth { .. } => only(self.maintenance(step, meter).await),
             Step::Backup { .. } | Step::Prune { .. } => only(self.backup(step, meter, until).await),
             Step::Wait(_) | Step::Idle => Ok(("nothing", None)),
@@ -367,6 +368,11 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             Step::Disarm { alarm, endpoint } => {
                 meter.etcd(members.disarm(endpoint, alarm)).await?;
                 Ok("disarmed")
+            }
+            Step::FenceWrites { alarm, endpoint } => {
+                meter.etcd(members.raise(endpoint, alarm)).await?;
+                info!("writes fenced for the final snapshot: NOSPACE raised by the function; lifted when the group wants members again");
+                Ok("fenced")
             }
             Step::EnableAuth { endpoint } => {
                 meter.etcd(members.enable_auth(endpoint)).await?;

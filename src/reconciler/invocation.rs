@@ -453,6 +453,14 @@ fn report(waits: &[Wait], held_for_quorum: &[HeldTermination]) {
             Wait::AdoptionRefused { why } => {
                 tracing::error!(?why, "adoption refused: nothing changed")
             }
+            Wait::AdoptedMemberDown {
+                last_margin: true, ..
+            } => {
+                tracing::error!(wait = %w, why = %w.why(), "adopted member down: an operator's call")
+            }
+            Wait::AdoptedMemberDown { .. } => {
+                warn!(wait = %w, why = %w.why(), "adopted member down")
+            }
             Wait::VersionUnknown { .. } | Wait::NoRestorableBackup { .. } => {
                 tracing::error!(wait = %w, why = %w.why(), "held: etcd versions")
             }

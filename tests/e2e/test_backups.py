@@ -18,6 +18,11 @@ from sim import etcd
 @pytest.mark.v37
 @pytest.mark.long(100)
 def test_every_member_lost_at_once_comes_back_from_the_latest_backup(simulation, apps):
+    """A cluster whose every member is lost at once comes back from its latest backup.
+
+    Long: one scenario, step by step; each step's assertions depend on the state the
+    previous left.
+    """
     sim = simulation(backups=True, function_env={"BACKUP_INTERVAL_MINUTES": "1"})
     sim.scale(3)
     sim.wait_converged(3, label="bootstrap")
@@ -325,12 +330,12 @@ def test_a_group_scaled_to_zero_sleeps_in_a_final_snapshot_and_wakes_with_every_
     sim.wait_converged(3, label="bootstrap")
     wait_for("the first backup", 60, sim.backups)
     old_record = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
-    sim.start_writer()
+    # Writes go on through the scale-in, the sleep and the wake, the client history recorded
+    # throughout (the wake a declared cut): the function fences writes (NOSPACE) before the
+    # final snapshot, so none is acknowledged that the snapshot lacks. (Before the fence, each
+    # hibernation lost the writes acknowledged after the snapshot.)
+    sim.start_writer(history_through_restore=True)
     time.sleep(5)
-    # Writes up to the scale-in (its history checked as the writer stops), then to sleep: the
-    # group scaled to zero. (A client still writing on a connection to the last member after
-    # its final snapshot could lose those writes: docs/backups.md.)
-    sim.writer.stop()
     sim.scale(0)
     wait_for("the group at zero", 240, lambda: not sim.group_instances(), every=1)
     record = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
@@ -353,10 +358,122 @@ def test_a_group_scaled_to_zero_sleeps_in_a_final_snapshot_and_wakes_with_every_
     woken = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
     assert woken["restored_from"]["snapshot"]["key"] == sleeping["key"] and "sleeping" not in woken, woken
     assert f"{sim.prefix}/restore-request" not in sim.parameters()
-    # Every write acknowledged before the scale-in is there, and the revision moved forward.
+    # Every acknowledged write is there, and the revision moved forward.
+    sim.writer.stop()
     assert sim.writer.acked and sim.writer.lost() == []
+    checked = sim.verify_history()
+    (cut,) = checked["restores"]
+    assert cut["revision"] == sleeping["revision"] and cut["lost_acknowledged_writes"] == 0, cut
     url = sim.running_client_urls()[0]
     assert int(etcd.status(url)["header"]["revision"]) >= sleeping["revision"] + 1_000_000_000
+    # The fence travelled in the snapshot and is lifted: the woken cluster takes writes.
+    wait_for("the woken cluster taking writes", 60, lambda: _put_ok(url))
+    assert "writes fenced for the final snapshot" in open(f"{sim.workdir}/function.log").read()
+
+
+@pytest.mark.long(120)
+def test_a_last_voter_hung_at_hibernation_is_held_until_it_answers_and_keeps_every_write(simulation):
+    """Scaled to zero with the last voter's etcd hung (paused: its disk intact, as a stuck disk
+    or a frozen instance looks) before the final snapshot: nothing answers, and before, its hook
+    lapsed and the only copy of the newest writes went with its disk. Held (heartbeated, named)
+    until it answers; then the final snapshot, and woken, every acknowledged write."""
+    hook = 20  # the hooks' timeout: without the hold the termination would lapse within it
+    sim = simulation(backups=True, hook_timeout=hook,
+                     function_env={"BACKUP_INTERVAL_MINUTES": "60", "RECOVERY": "manual"})
+    sim.scale(1)
+    sim.wait_converged(1, label="bootstrap")
+    wait_for("the first backup", 60, sim.backups)
+    sim.start_writer(history=False)
+    time.sleep(3)
+    [last] = [i["InstanceId"] for i in sim.group_instances()]
+    sim.pause_instance(last)
+    try:
+        sim.scale(0)
+        wait_for("the last voter's termination held", 60, lambda: [
+            i["LifecycleState"] for i in sim.group_instances()] == ["Terminating:Wait"])
+        time.sleep(2.5 * hook)
+        assert [i["InstanceId"] for i in sim.group_instances()] == [last], sim.table()
+        with open(f"{sim.workdir}/function.log") as f:
+            held = [line for line in f if "terminate hook held while the cluster is unreachable" in line]
+        assert any(last in line for line in held), "the held instance is not named"
+    finally:
+        sim.resume_instance(last)
+    wait_for("the group at zero", 240, lambda: not sim.group_instances(), every=1)
+    sim.writer.stop()
+    record = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
+    assert record.get("sleeping"), record
+    sim.cluster_id = None
+    sim.scale(1)
+    sim.wait_converged(1, label="woken from the final snapshot", timeout=240)
+    assert sim.writer.acked and sim.writer.lost() == []
+
+
+@pytest.mark.long(150)
+def test_a_rollback_after_a_total_loss_waits_for_the_freshest_backup_and_restores_once_fixed(simulation):
+    """A cluster rolled from 3.6 to 3.7 loses every instance; the group relaunches from a template
+    rolled back to 3.6. Restoring the older 3.6 backup would drop every write since: the function
+    waits, naming the 3.7 backup. The operator puts the template back on 3.7 and terminates the
+    waiting instance, which never held data: let go at once, and the 3.7 instance restores the
+    freshest backup with no hand on a lifecycle action.
+
+    Long: one scenario, step by step; each step's assertions depend on the state the previous left."""
+    v36, v37 = etcd.binary("3.6"), etcd.binary("3.7")
+    sim = simulation(backups=True, writer=False, etcd_bin=v36,
+                     function_env={"BACKUP_INTERVAL_MINUTES": "1"})
+    sim.scale(1)
+    sim.wait_converged(1, label="bootstrap on 3.6")
+    url = sim.running_client_urls()[0]
+    etcd.put(url, "/on/3.6", "x", timeout=5)
+    wait_for("a backup on 3.6", 150, lambda: [b for b in sim.backups() if "-v3.6." in b["key"]])
+    # Rolled to 3.7: the replacement joins before the last voter leaves.
+    sim.etcd_bin = v37
+    [old] = [i["InstanceId"] for i in sim.group_instances()]
+    sim.terminate(old)
+    wait_for("the 3.7 member alone", 240, lambda: old not in {i["InstanceId"] for i in sim.group_instances()}
+             and (sim.cluster_version() or "").startswith("3.7."))
+    sim.wait_converged(1, label="rolled to 3.7")
+    url = sim.running_client_urls()[0]
+    for n in range(20):
+        etcd.put(url, f"/on/3.7/{n:02d}", "x", timeout=5)
+    revision = int(etcd.status(url)["header"]["revision"])
+    fresh = wait_for("a 3.7 backup of the writes", 150, lambda: next(
+        (b for b in reversed(sim.backups()) if "-v3.7." in b["key"] and b["revision"] >= revision), None))
+    record = sim.parameters()[f"{sim.prefix}/cluster"]
+    # Every instance lost; the template rolled back to 3.6.
+    for i in sim.group_instances():
+        sim.detach(i["InstanceId"])
+    sim.etcd_bin = v36
+    sim.cluster_id = None
+    sim.scale(1)
+    try:
+        wait_for("the 3.6 seed held, the freshest backup named", 90, lambda: any(
+            ((b or {}).get("waiting") or "").startswith("no-restorable-backup") for _, b in invocation_outcomes(sim)))
+    except AssertionError as e:
+        with open(f"{sim.workdir}/function.log") as f:
+            raise AssertionError(f"{e}\n{sim.table()}\n{f.read()[-6000:]}") from None
+    with open(f"{sim.workdir}/function.log") as f:
+        log = f.read()
+    assert fresh["key"] in log and "needs etcd 3.7" in log, "the wait does not name the backup and its release"
+    time.sleep(8)
+    assert sim.parameters()[f"{sim.prefix}/cluster"] == record, "restored an older backup on a guess"
+    # The operator's fix: the template back on 3.7, the waiting instance terminated.
+    sim.etcd_bin = v37
+    [waiting] = [i["InstanceId"] for i in sim.group_instances()]
+    sim.terminate(waiting)
+    sim.wait_converged(1, label="restored from the freshest backup", timeout=240)
+    assert waiting not in {i["InstanceId"] for i in sim.group_instances()}
+    url = sim.running_client_urls()[0]
+    assert etcd.keys_with_prefix(url, "/on/3.7/") == {f"/on/3.7/{n:02d}" for n in range(20)}
+    restored = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
+    assert restored["restored_from"]["snapshot"]["key"] == fresh["key"], restored
+
+
+def _put_ok(url: str) -> bool:
+    try:
+        etcd.put(url, "/after/wake", "x", timeout=5)
+        return True
+    except etcd.EtcdError:
+        return False
 
 
 def _objects(sim) -> dict[str, str]:
@@ -369,6 +486,7 @@ def _objects(sim) -> dict[str, str]:
 
 @pytest.mark.long(150)
 def test_a_second_stack_starts_from_the_first_stacks_backup_and_leaves_the_first_untouched(simulation):
+    """Long: one scenario, step by step; each step's assertions depend on the state the previous left."""
     # Two stacks of one account: each its own group, parameters and bucket, one S3 (the second
     # simulation's S3 is the first's). RECOVERY=manual on the second: the request decides.
     prod = simulation(backups=True, writer=False, function_env={"BACKUP_INTERVAL_MINUTES": "1"})
@@ -383,6 +501,12 @@ def test_a_second_stack_starts_from_the_first_stacks_backup_and_leaves_the_first
     source = f"s3://{prod.backup_bucket}/{backup['key']}"
     prod_record = prod.parameters()[f"{prod.prefix}/cluster"]
     prod_objects = _objects(prod)
+    # A stack with START_FROM=empty (the default) would ignore the copy (its first launch starts
+    # an empty cluster): refused, naming why, nothing copied.
+    empty = simulation(backups=True, writer=False, s3_of=prod)
+    r = empty.cli("restore", "--from", source)
+    assert r.returncode != 0 and "START_FROM=empty" in r.stderr, r.stderr
+    assert _objects(empty) == {} and f"{empty.prefix}/restore-request" not in empty.parameters()
     # START_FROM=backup: its instances launch and are held; no empty cluster is ever started.
     side = simulation(backups=True, writer=False, s3_of=prod,
                       function_env={"RECOVERY": "manual", "START_FROM": "backup"})

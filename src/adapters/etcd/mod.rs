@@ -316,6 +316,16 @@ impl Members for EtcdMembers {
             .await
     }
 
+    async fn raise(&self, endpoint: &str, alarm: &Alarm) -> Result<(), Error> {
+        let body = json!({
+            "action": "ACTIVATE",
+            "memberID": alarm.member.0.to_string(),
+            "alarm": alarm.kind,
+        });
+        self.act("alarm raise", endpoint, "/v3/maintenance/alarm", body)
+            .await
+    }
+
     async fn transfer_leadership(&self, leader_endpoint: &str, to: MemberId) -> Result<(), Error> {
         let body = json!({"targetID": to.0.to_string()});
         let path = "/v3/maintenance/transfer-leadership";
