@@ -40,7 +40,7 @@ export BOOTSTRAP_BIN := $(BOOTSTRAP)
 # No telemetry: these machines reach no AWS endpoint.
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: demo replay test check build-tests unit adapters e2e e2e-3.6 e2e-3.7 e2e-upgrade etcd-builds history-tool $(ETCD_BUILD_RUNS) template-check template-sync build deps apt etcd35 python-tools client-tools template-tools checkov-tools package bench clean $(ADAPTER_RUNS)
+.PHONY: demo replay nemesis test check build-tests unit adapters e2e e2e-3.6 e2e-3.7 e2e-upgrade etcd-builds history-tool $(ETCD_BUILD_RUNS) template-check template-sync build deps apt etcd35 python-tools client-tools template-tools checkov-tools package bench clean $(ADAPTER_RUNS)
 
 ## demo: the local simulation (real etcd, emulated AWS, the real function binary); on 3.6, ETCD_VERSION=3.7 for 3.7
 demo: deps build
@@ -61,7 +61,10 @@ test: deps
 # link, page, CLI command, template parameter and metric in step (tools/docs_check.py).
 check:
 	$(CARGO) fmt --all -- --check
-	cd tests/history && test -z "$$(gofmt -l .)" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go vet .
+	cd tests/history && test -z "$$(gofmt -l .)" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go vet ./...
+	# The checker's own tests: a fixture history per rule, valid and violating, each rule shown
+	# to matter (the violating one passes with that rule off).
+	cd tests/history && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go test ./...
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	$(PYTHON) tools/house.py
 	$(PYTHON) tools/docs_check.py
@@ -101,6 +104,15 @@ e2e-3.6: deps build
 e2e-3.7: deps build
 	@echo "end-to-end tests on etcd 3.7 (those marked v37, and the upgrade chain)"
 	ETCD_VERSION=3.7 $(VENV)/bin/python -m pytest -q -n $(E2E_WORKERS) --dist loadgroup --durations=5 -m v37 tests/e2e
+
+## nemesis: the long search (sim/nemesis.py, docs/simulation.md): SEEDS seeds from FIRST_SEED, each
+## a schedule of MINUTES; SEED=N SECONDS=S replays one run (the command a failing run prints)
+SEEDS             ?= 10
+FIRST_SEED        ?= 1
+MINUTES           ?= 10
+nemesis: deps build
+	ETCD_VERSION=$${ETCD_VERSION:-3.6} $(VENV)/bin/python -m sim.nemesis \
+		$(if $(SEED),--seed $(SEED) --seconds $(or $(SECONDS),120),--seeds $(FIRST_SEED)-$(shell echo $$(( $(FIRST_SEED) + $(SEEDS) - 1 ))) --seconds $(shell echo $$(( $(MINUTES) * 60 ))))
 
 ## e2e-upgrade: a 3.4 cluster rolled to 3.5, 3.6 and 3.7, member by member (part of e2e-3.7)
 e2e-upgrade: deps build

@@ -1,0 +1,428 @@
+"""The nemesis: seeded schedules of group operations, member faults, function faults and AWS
+faults over the whole simulation (real etcd, the emulated AWS with its fault layer, the real
+binary), every run judged, as etcd's robustness tests and Jepsen search for bugs instead of
+imagining them one by one (docs/simulation.md, "The nemesis").
+
+    python -m sim.nemesis --seed 7 --seconds 120        one run: the same seed, the same schedule
+    python -m sim.nemesis --seeds 1-20 --seconds 600    the long search (make nemesis)
+    python -m sim.nemesis --seed 7 --seconds 120 --show the schedule only, nothing run
+
+A schedule is a list of operations at times from the start, drawn from one random.Random(seed):
+the same seed gives the same schedule (what real etcd and processes then do may differ in
+timing). An operation names its victim by a draw in [0, 1) that picks among the candidates when
+it runs (sorted by instance id), so that a replay picks the same way in the same state.
+
+Faults stay within what a correct operator must survive without losing acknowledged writes: at
+most a minority of the voters faulted at once (paused, cut off, partitioned, killed and not yet
+replaced, or in a lost zone); an operation that would exceed it is skipped (and said so). At the
+end everything heals, the group is scaled back to three, and the run is judged:
+
+- the group converges within `CONVERGE_SECS` (members = instances, nothing held);
+- the client history (tests/history: porcupine and etcd's watch rules) is valid, with cuts only
+  where the function declared a restore, and a restore only after a scale to zero (the cluster
+  asleep): no fault here loses a quorum for good;
+- no acknowledged write of the writer is lost;
+- no terminate hook lapsed into its default result (a voter's disk deleted on a guess).
+
+A failing run prints its seed and the command that replays it, and keeps its work folder (the
+schedule, the function's log, the history).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.request
+from dataclasses import asdict, dataclass, field
+
+from sim import etcd
+from sim.world import NFT, Simulation
+
+# How long the group may take to converge once everything has healed: a killed member is replaced
+# after UNHEALTHY_REPLACE_SECS, a join takes seconds, a wake restores from the bucket.
+CONVERGE_SECS = 300
+UNHEALTHY_SECS = 20
+
+# What the schedule draws from, with its weight.
+KINDS = {
+    "scale": 3,  # to 3, 4 or 5 members (out or in)
+    "terminate": 2,  # an instance terminated, the group replacing it
+    "kill": 2,  # a member's etcd killed (the function replaces it once down long enough)
+    "pause": 3,  # a member's etcd paused, then resumed (a hung process, its disk intact)
+    "cut": 2,  # a member's client port cut off (a route, an ACL)
+    "partition": 2,  # two members' peer ports (2380) apart, both ways or one way
+    "nospace": 1,  # NOSPACE raised for a member, as a full disk raises it
+    "aws": 3,  # a window of AWS faults: throttled, refused, answers lost, slow
+    "crash": 2,  # the function killed inside its steps (after an AWS call applied)
+    "zone": 1,  # an Availability Zone lost, then restored
+    "zero": 1,  # the group scaled to zero (the cluster sleeps), then back to three (it wakes)
+}
+
+
+@dataclass
+class Op:
+    at: float  # seconds from the schedule's start
+    kind: str
+    pick: float = 0.0  # the victim's draw
+    pick2: float = 0.0  # a second one (a partition's other side)
+    seconds: float = 0.0  # how long the fault lasts, where it heals by itself
+    to: int = 0  # scale: the desired capacity
+    one_way: bool = False  # partition: one direction only
+    mix: list = field(default_factory=list)  # aws: the fault layer's rules
+
+
+def schedule(seed: int, seconds: float) -> list[Op]:
+    """The operations of a run of `seconds`, from `seed` alone."""
+    rng = random.Random(seed)
+    kinds, weights = list(KINDS), list(KINDS.values())
+    out, t = [], rng.uniform(3, 10)
+    while t < seconds:
+        kind = rng.choices(kinds, weights)[0]
+        op = Op(round(t, 1), kind, pick=round(rng.random(), 3), pick2=round(rng.random(), 3),
+                seconds=round(rng.uniform(5, 40), 1))
+        if kind == "scale":
+            op.to = rng.choice([3, 4, 5])
+        elif kind == "partition":
+            op.one_way = rng.random() < 0.5
+        elif kind == "aws":
+            op.mix = aws_mix(rng)
+        elif kind == "zero":
+            op.seconds = 0
+        out.append(op)
+        t += rng.uniform(4, 20)
+    return out
+
+
+def aws_mix(rng: random.Random) -> list[dict]:
+    """One window of faults of the kinds AWS has (sim/faults.py; shared/reference/aws-failures.md)."""
+    service = rng.choice(["*", "autoscaling", "ec2", "ssm", "s3"])
+    fault = rng.choice(["throttle", "refuse", "lose", "slow"])
+    rule = {"fault": fault, "service": service, "rate": round(rng.uniform(0.1, 0.5), 2),
+            "seconds": round(rng.uniform(10, 40), 1)}
+    if fault == "lose":
+        rule["writes"] = True
+    if fault == "slow":
+        rule["delay"] = round(rng.uniform(0.5, 3), 1)
+    return [rule]
+
+
+class Run:
+    """One seeded run against one simulation: applies the schedule, heals, judges."""
+
+    def __init__(self, sim: Simulation, seed: int, ops: list[Op], log=print):
+        self.sim, self.seed, self.ops, self.log = sim, seed, ops, log
+        self.heals: list[tuple[float, str, object]] = []  # (due, what, undo)
+        self.faulted: dict[str, str] = {}  # instance -> the fault it is under
+        self.slept = False  # a scale to zero happened: a restore (the wake) is justified
+        self.done: list[str] = []
+
+    # --- applying ------------------------------------------------------------------------------
+
+    def members(self) -> list[str]:
+        """The group's instances in service, sorted: the candidates a draw picks from."""
+        return sorted(i["InstanceId"] for i in self.sim.group_instances()
+                      if i["LifecycleState"] == "InService")
+
+    def victim(self, pick: float, exclude: tuple[str, ...] = ()) -> str | None:
+        """The instance `pick` names among the healthy members, if one more may be faulted: at
+        most a minority of the members faulted at once."""
+        members = self.members()
+        budget = (len(members) - 1) // 2
+        faulted = [i for i in self.faulted if i in members]
+        healthy = [i for i in members if i not in self.faulted and i not in exclude]
+        if not healthy or len(faulted) >= budget:
+            return None
+        return healthy[int(pick * len(healthy))]
+
+    def apply(self, op: Op):
+        action = getattr(self, f"op_{op.kind}")
+        said = action(op)
+        self.done.append(f"{op.at:7.1f}s {op.kind}: {said}")
+        self.log(f"nemesis[{self.seed}] {op.at:7.1f}s {op.kind}: {said}")
+
+    def later(self, seconds: float, what: str, undo):
+        self.heals.append((time.monotonic() + seconds, what, undo))
+
+    def op_scale(self, op: Op) -> str:
+        self.sim.scale(op.to)
+        return f"desired {op.to}"
+
+    def op_terminate(self, op: Op) -> str:
+        iid = self.victim(op.pick)
+        if iid is None:
+            return "skipped: a minority is faulted already"
+        self.sim.terminate(iid, decrement=False)
+        return iid
+
+    def op_kill(self, op: Op) -> str:
+        iid = self.victim(op.pick)
+        if iid is None:
+            return "skipped: a minority is faulted already"
+        self.sim.kill_instance(iid)
+        self.faulted[iid] = "killed"  # until the group replaces it (it leaves the candidates)
+        return iid
+
+    def op_pause(self, op: Op) -> str:
+        iid = self.victim(op.pick)
+        if iid is None:
+            return "skipped: a minority is faulted already"
+        self.sim.pause_instance(iid)
+        self.faulted[iid] = "paused"
+        self.later(op.seconds, f"resume {iid}", lambda: self._resume(iid))
+        return f"{iid} for {op.seconds}s"
+
+    def _resume(self, iid: str):
+        inst = self.sim.instances.get(iid)
+        if inst is not None and inst.proc is not None:
+            self.sim.resume_instance(iid)
+        self.faulted.pop(iid, None)
+
+    def op_cut(self, op: Op) -> str:
+        iid = self.victim(op.pick)
+        if iid is None:
+            return "skipped: a minority is faulted already"
+        cut = self.sim.cut_off(iid)
+        cut.__enter__()
+        self.faulted[iid] = "cut off"
+        self.later(op.seconds, f"reconnect {iid}", lambda: (cut.__exit__(None, None, None),
+                                                            self.faulted.pop(iid, None)))
+        return f"{iid} for {op.seconds}s"
+
+    def op_partition(self, op: Op) -> str:
+        a = self.victim(op.pick)
+        members = [i for i in self.members() if i != a]
+        if a is None or not members:
+            return "skipped: a minority is faulted already"
+        b = members[int(op.pick2 * len(members))]
+        table = partition(self.sim, a, b, op.one_way)
+        self.faulted[a] = "partitioned"
+        self.later(op.seconds, f"heal {a}|{b}", lambda: (heal(table), self.faulted.pop(a, None)))
+        return f"{a} {'->' if op.one_way else '<->'} {b} for {op.seconds}s"
+
+    def op_nospace(self, op: Op) -> str:
+        members = self.members()
+        listed = self.sim.member_list()
+        if not members or listed is None:
+            return "skipped: no member answers"
+        _, ms = listed
+        named = [m for m in ms if m.get("name") in members]
+        if not named:
+            return "skipped: no member named yet"
+        m = named[int(op.pick * len(named))]
+        url = self.sim.running_client_urls()[0]
+        try:
+            etcd.call(url, "/v3/maintenance/alarm",
+                      {"action": "ACTIVATE", "memberID": m["ID"], "alarm": "NOSPACE"}, timeout=5)
+        except etcd.EtcdError as e:
+            return f"skipped: {e}"
+        return f"NOSPACE for {m['name']}"
+
+    def op_aws(self, op: Op) -> str:
+        self.sim.faults(op.mix, seed=self.seed)
+        longest = max(r.get("seconds", 0) for r in op.mix)
+        self.later(longest, "AWS faults end", lambda: None)
+        return json.dumps(op.mix)
+
+    def op_crash(self, op: Op) -> str:
+        rule = {"fault": "crash", "service": "*", "writes": True, "rate": 0.3, "count": 1 + int(op.pick * 2),
+                "seconds": 30}
+        self.sim.faults([rule], seed=self.seed)
+        return f"the function killed after up to {rule['count']} applied writes"
+
+    def op_zone(self, op: Op) -> str:
+        zones = sorted(set(self.sim.zone_of().values()))
+        if not zones:
+            return "skipped: no instance"
+        zone = zones[int(op.pick * len(zones))]
+        took = [i for i, z in self.sim.zone_of().items() if z == zone]
+        members = self.members()
+        faulted = [i for i in self.faulted if i in members]
+        if len(faulted) + len(took) > (len(members) - 1) // 2:
+            return f"skipped: losing {zone} would fault a majority"
+        lost = self.sim.lose_zone(zone)
+        for iid in lost:
+            self.faulted[iid] = "zone lost"
+        self.later(op.seconds, f"restore {zone}", lambda: self.sim.restore_zone(zone))
+        return f"{zone}: {lost}"
+
+    def op_zero(self, op: Op) -> str:
+        if self.faulted:
+            return "skipped: members are faulted"
+        self.sim.scale(0)
+        deadline = time.monotonic() + 240
+        while self.sim.group_instances() and time.monotonic() < deadline:
+            time.sleep(1)
+        asleep = not self.sim.group_instances()
+        self.slept = True
+        self.sim.cluster_id = None  # woken, a new cluster id from the final snapshot
+        self.sim.scale(3)
+        return "asleep, then woken" if asleep else "not asleep within 240 s (the group still has instances)"
+
+    # --- running and judging ---------------------------------------------------------------------
+
+    def play(self):
+        began = time.monotonic()
+        for op in self.ops:
+            while time.monotonic() < began + op.at:
+                self.heal_due()
+                time.sleep(0.2)
+            self.heal_due()
+            self.forget_replaced()
+            self.apply(op)
+
+    def heal_due(self, everything: bool = False):
+        now = time.monotonic()
+        due = [h for h in self.heals if everything or h[0] <= now]
+        self.heals = [h for h in self.heals if h not in due]
+        for _, what, undo in due:
+            undo()
+            self.log(f"nemesis[{self.seed}] healed: {what}")
+
+    def forget_replaced(self):
+        """A killed or lost member counts against the budget until the group replaced it."""
+        present = {i["InstanceId"] for i in self.sim.group_instances()}
+        for iid in [i for i, why in self.faulted.items() if i not in present]:
+            del self.faulted[iid]
+
+    def heal_all(self):
+        self.heal_due(everything=True)
+        self.sim.faults([])
+        for zone in sorted(set(self.sim.zone_of().values()) | set(self.sim.zones)):
+            self.sim.restore_zone(zone)
+        self.sim.scale(3)
+
+    def judge(self) -> list[str]:
+        """What went wrong, one line each; empty: the run passed."""
+        found = []
+        try:
+            self.sim.wait_converged(3, timeout=CONVERGE_SECS, label=f"nemesis seed {self.seed}")
+        except AssertionError as e:
+            found.append(f"not converged {CONVERGE_SECS} s after healing: {str(e).splitlines()[0]}")
+        restores = self.sim.restores_declared()
+        if restores and not self.slept:
+            found.append(f"restored {restores} with no scale to zero: no fault here loses a quorum for good")
+        self.sim.writer.stop(verify=False)
+        try:
+            self.sim.verify_history(restores)
+        except AssertionError as e:
+            found.append(f"history: {str(e).splitlines()[0]}")
+        lost = self.sim.writer.lost()
+        if lost:
+            found.append(f"{len(lost)} acknowledged writes lost (first {lost[:5]})")
+        for lapse in lapsed(self.sim):
+            if lapse.get("Hook") == self.sim.hooks[1]:
+                found.append(f"a terminate hook lapsed: {lapse}")
+        return found
+
+
+def partition(sim: Simulation, a: str, b: str, one_way: bool) -> str:
+    """Drops the peer traffic (2380) from `a` to `b`, and from `b` to `a` unless `one_way`: an
+    nftables table of the simulation's own (removed by `heal`, and at the simulation's close)."""
+    src, dst = sim.instances[a].address, sim.instances[b].address
+    table = f"etcdsim_part_{src.replace('.', '_')}_{dst.replace('.', '_')}"
+    rules = [f"ip saddr {src} ip daddr {dst} tcp dport 2380 drop"]
+    if not one_way:
+        rules.append(f"ip saddr {dst} ip daddr {src} tcp dport 2380 drop")
+    script = f"add table inet {table}\nadd chain inet {table} out {{ type filter hook output priority 0 ; }}\n"
+    script += "".join(f"add rule inet {table} out {r}\n" for r in rules)
+    subprocess.run([NFT, "-f", "-"], input=script, text=True, check=True, capture_output=True)
+    sim._cut_tables.add(table)
+    return table
+
+
+def heal(table: str):
+    subprocess.run([NFT, "delete", "table", "inet", table], capture_output=True)
+
+
+def lapsed(sim: Simulation) -> list[dict]:
+    """The held actions whose heartbeat timeout passed (the emulator's feed, drained)."""
+    with urllib.request.urlopen(f"{sim.endpoint}/_sim/lapsed", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def replay_command(seed: int, seconds: float) -> str:
+    version = os.environ.get("ETCD_VERSION", "3.6")
+    return f"ETCD_VERSION={version} make nemesis SEED={seed} SECONDS={seconds:g}"
+
+
+def run(seed: int, seconds: float, workdir: str | None = None, log=print) -> list[str]:
+    """One seeded run in a simulation of its own: the problems found (empty: passed)."""
+    ops = schedule(seed, seconds)
+    workdir = workdir or tempfile.mkdtemp(prefix=f"nemesis-{seed}-")
+    with open(os.path.join(workdir, "schedule.json"), "w") as f:
+        json.dump({"seed": seed, "seconds": seconds, "ops": [asdict(o) for o in ops]}, f, indent=1)
+    sim = Simulation(name=f"nemesis-{seed}", backups=True, warm_aws=True, workdir=workdir, hook_timeout=60,
+                     function_env={"BACKUP_INTERVAL_MINUTES": "1", "UNHEALTHY_REPLACE_SECS": str(UNHEALTHY_SECS)})
+    found = []
+    try:
+        sim.start()
+        sim.scale(3)
+        sim.wait_converged(3, timeout=180, label="bootstrap")
+        sim.start_writer(history_through_restore=True)
+        nemesis = Run(sim, seed, ops, log)
+        try:
+            nemesis.play()
+        finally:
+            nemesis.heal_all()
+        found = nemesis.judge()
+        with open(os.path.join(workdir, "done.txt"), "w") as f:
+            f.write("\n".join(nemesis.done + ["", "found:"] + found) + "\n")
+    except Exception as e:  # a broken run is a finding too, with its trace kept
+        found.append(f"the run broke: {e!r}")
+        with open(os.path.join(workdir, "trace.txt"), "w") as f:
+            traceback.print_exc(file=f)
+    finally:
+        sim.close()
+    if found:
+        log(f"nemesis: seed {seed} FAILED ({len(found)} findings), kept in {workdir}:")
+        for line in found:
+            log(f"  - {line}")
+        log(f"  replay: {replay_command(seed, seconds)}")
+    else:
+        log(f"nemesis: seed {seed} passed ({len(ops)} operations over {seconds:g} s)")
+        shutil.rmtree(workdir, ignore_errors=True)
+    return found
+
+
+def seeds_of(spec: str) -> list[int]:
+    """`7`, `1-20` or `3,5,8`."""
+    out = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seed", help="one seed, or a list: 7, 1-20, 3,5,8")
+    p.add_argument("--seeds", help="as --seed")
+    p.add_argument("--seconds", type=float, default=120, help="each schedule's length")
+    p.add_argument("--show", action="store_true", help="print the schedule only")
+    args = p.parse_args(argv)
+    seeds = seeds_of(args.seed or args.seeds or "1")
+    if args.show:
+        for seed in seeds:
+            for op in schedule(seed, args.seconds):
+                print(seed, json.dumps(asdict(op)))
+        return 0
+    failed = []
+    began = time.monotonic()
+    for seed in seeds:
+        if run(seed, args.seconds):
+            failed.append(seed)
+    print(f"nemesis: {len(seeds) - len(failed)} passed, {len(failed)} failed in {time.monotonic() - began:.0f} s"
+          + (f"; failed seeds {failed}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
