@@ -118,7 +118,7 @@ impl Metrics {
             .any(|w| matches!(w, Wait::LiveDataOverQuota { .. }));
         m.set("LiveDataOverQuota", i64::from(over), "Count");
         if let Some(record) = &obs.published.cluster {
-            if let Some(b) = crate::planner::backup::latest(&obs.backups, &record.token) {
+            if let Some(b) = crate::planner::snapshots::latest(&obs.backups, &record.token) {
                 m.set("SecondsSinceLastBackup", obs.now - b.taken_at, "Seconds");
             }
         }

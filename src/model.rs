@@ -297,7 +297,7 @@ pub const NOSPACE: &str = "NOSPACE";
 pub const CORRUPT: &str = "CORRUPT";
 
 /// The member id the function raises its own NOSPACE alarm for, to fence writes before a
-/// hibernating cluster's final snapshot (`planner::backup::hibernate`): no member has it (etcd
+/// hibernating cluster's final snapshot (`planner::hibernate::hibernate`): no member has it (etcd
 /// takes any id, `AlarmStore.Activate`), so it is never taken for a member's own alarm. "fence".
 pub const FENCE: MemberId = MemberId(0x0066_656e_6365);
 
@@ -728,7 +728,7 @@ pub struct PublishedState {
     /// An operator's request to restore (RECOVERY=manual): a backup key, or `latest`.
     pub restore_request: Option<String>,
     /// When the request was last written (SSM's LastModifiedDate): it is for the loss of the
-    /// generation it postdates, never a later one (`backup::choose`).
+    /// generation it postdates, never a later one (`recovery::choose`).
     pub restore_request_at: Option<Timestamp>,
     /// The decisions about record generations, by the generation's fence (`<prefix>/decided/`).
     pub decided: BTreeMap<String, Decision>,

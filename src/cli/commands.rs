@@ -82,7 +82,7 @@ pub async fn restore(
                 return Err(has_record(&source));
             }
             // START_FROM=empty: the first launch creates an empty cluster and never reads a
-            // request (`planner::backup::first_generation`), so the copy would promise a start
+            // request (`planner::recovery::first_generation`), so the copy would promise a start
             // the stack ignores.
             if !live.config.settings.start_from_backup {
                 return Err(Error::Config {

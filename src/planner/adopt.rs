@@ -23,16 +23,12 @@
 //! (https://etcd.io/docs/v3.6/learning/design-learner/).
 
 use super::context::Context;
-use super::step::{Step, Wait};
+use super::step::{Step, Wait, STORE_PASSWORD};
 use crate::model::{Adopting, ClusterRecord, LifecycleState, Member, RecordState};
 use crate::versions::{admission, auth_admission, Admission, Version};
 
 /// The oldest cluster version adopted: learners came with 3.4.
 pub const ADOPT_FLOOR: Version = Version::new(3, 4, 0);
-
-/// What an operator does for a cluster with authentication on (docs/adopting.md).
-pub const STORE_PASSWORD: &str =
-    "store its root password: etcd-asg adopt-secrets --root-password-file FILE";
 
 /// No record, ADOPT_ENDPOINTS set, and a cluster answers: its record, or why not.
 pub fn adopt(ctx: &Context) -> Option<Step> {
@@ -330,7 +326,7 @@ pub fn patience(ctx: &Context) -> Vec<Step> {
 
 /// While an adoption is under way and nobody answers: an adopted cluster's members are outside
 /// the group, so their loss cannot be told from a partition, and nothing is ever restored over
-/// them (backup::recovery is not asked).
+/// them (`recovery::recovery` is not asked).
 pub fn while_unreachable(record: &ClusterRecord, detail: &str) -> Option<super::step::Plan> {
     record.adopting.as_ref()?;
     Some(super::step::Plan::waiting(Wait::ClusterUnreachable {

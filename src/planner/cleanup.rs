@@ -28,8 +28,9 @@ pub fn forget_recovered(ctx: &Context) -> Option<Step> {
 /// Rule 7: configs, key material and down-marks of instances that are gone. A bundle with no
 /// config (handed out by an invocation that died before publishing) goes too: its
 /// certificate's end (`certs/`: `issuing` from before the bundle is written, then the end; it
-/// is deleted with it) names it.
-pub fn cleanup(ctx: &Context) -> Vec<Step> {
+/// is deleted with it) names it. `adopted_mark` tells an adopted member's down-mark, which names
+/// no instance (`adopt::owns_mark`, which the ranking hands in).
+pub fn cleanup(ctx: &Context, adopted_mark: fn(&str) -> bool) -> Vec<Step> {
     let obs = ctx.obs;
     let gone = |id: &str| obs.instance(id).is_none_or(|i| !i.state.is_present());
     let published = &obs.published;
@@ -50,7 +51,7 @@ pub fn cleanup(ctx: &Context) -> Vec<Step> {
         .down_since
         .keys()
         .chain(published.marked.keys())
-        .filter(|id| gone(id) && !super::adopt::owns_mark(id))
+        .filter(|id| gone(id) && !adopted_mark(id))
         .map(|id| Step::ForgetDown {
             instance: id.clone(),
         });

@@ -12,20 +12,37 @@ struct Leaving<'a> {
     reason: Removal,
 }
 
+/// What the removals take from the other concerns: the ranking (`mod.rs`) asks them and hands
+/// the answers in, so that no rule file reaches into another's.
+pub struct Others<'a> {
+    /// The snapshot a healthy voter's removal waits for, when the backup rules want one first
+    /// (`backup::before_removal`).
+    pub fresh_snapshot: Option<Step>,
+    /// What the last voter of a group scaled to zero waits for before it goes: its final
+    /// snapshot, and the record saying the cluster sleeps there (`hibernate::hibernate`); None:
+    /// it may go.
+    pub hibernate: &'a dyn Fn(&Instance) -> Option<Step>,
+    /// Whether an adopted member is held until it may leave (`adopt::held`).
+    pub adopted_held: &'a dyn Fn(&Member) -> bool,
+    /// The adopted members that do not answer: their down-marks noted, and their waits
+    /// (`adopt::patience`).
+    pub adopted_patience: Vec<Step>,
+}
+
 /// Rule 2: every member that must go, the unhealthy ones first (removing a dead member only
 /// restores the quorum's margin), then leaving instances by age, then orphans. A healthy voter
-/// leaves only behind `fresh_snapshot`, when the backup rules want one first.
-pub fn removals(ctx: &Context, fresh_snapshot: Option<Step>) -> Vec<Step> {
+/// leaves only behind `others.fresh_snapshot`, when the backup rules want one first.
+pub fn removals(ctx: &Context, others: Others) -> Vec<Step> {
     let mut out = Vec::new();
-    let mut leaving = terminating(ctx, &mut out);
-    leaving.extend(departed(ctx));
+    let mut leaving = terminating(ctx, &mut out, others.hibernate);
+    leaving.extend(departed(ctx, others.adopted_held));
     // Stable: within the same health, the order above (leaving by age, then orphans by id).
     leaving.sort_by_key(|l| ctx.healthy(l.member));
     for l in &leaving {
-        out.push(removal(ctx, l, fresh_snapshot.as_ref()));
+        out.push(removal(ctx, l, others.fresh_snapshot.as_ref()));
     }
     // Adopted members that do not answer: noted and waited for before they go (`departed`).
-    out.extend(super::adopt::patience(ctx));
+    out.extend(others.adopted_patience);
     // Action steps before waits, in the order found.
     out.sort_by_key(|s| matches!(s, Step::Wait(_)));
     out
@@ -33,7 +50,11 @@ pub fn removals(ctx: &Context, fresh_snapshot: Option<Step>) -> Vec<Step> {
 
 /// Terminating instances: the members to remove, and (into `out`) what is done for those that
 /// have none (their config deleted, their action completed) or are the last voter.
-fn terminating<'a>(ctx: &Context<'a>, out: &mut Vec<Step>) -> Vec<Leaving<'a>> {
+fn terminating<'a>(
+    ctx: &Context<'a>,
+    out: &mut Vec<Step>,
+    hibernate: &dyn Fn(&Instance) -> Option<Step>,
+) -> Vec<Leaving<'a>> {
     let mut leaving = Vec::new();
     for i in by_age(&ctx.obs.instances)
         .into_iter()
@@ -44,7 +65,7 @@ fn terminating<'a>(ctx: &Context<'a>, out: &mut Vec<Step>) -> Vec<Leaving<'a>> {
             continue;
         };
         if !m.is_learner && ctx.view.voters().count() == 1 {
-            out.push(last_voter(ctx, i));
+            out.push(last_voter(ctx, i, hibernate));
             continue;
         }
         leaving.push(Leaving {
@@ -71,9 +92,9 @@ fn release(ctx: &Context, i: &Instance) -> Step {
 
 /// The last voter: replace before remove. With a replacement on its way, hold the instance
 /// until it has joined and been promoted; with none and a desired capacity of 0 (the group
-/// scaled to zero), the cluster ends with it. (Its address may not be known yet: it is a
-/// replacement all the same.)
-fn last_voter(ctx: &Context, i: &Instance) -> Step {
+/// scaled to zero), the cluster ends with it, once `hibernate` lets it go. (Its address may not
+/// be known yet: it is a replacement all the same.)
+fn last_voter(ctx: &Context, i: &Instance, hibernate: &dyn Fn(&Instance) -> Option<Step>) -> Step {
     let replacement = by_age(&ctx.obs.instances)
         .into_iter()
         .find(|r| r.id != i.id && r.state.wants_membership() && r.healthy);
@@ -90,12 +111,13 @@ fn last_voter(ctx: &Context, i: &Instance) -> Step {
             instance: i.id.clone(),
             desired_capacity: ctx.obs.desired_capacity,
         }),
-        None => super::backup::hibernate(ctx, i).unwrap_or_else(|| release(ctx, i)),
+        None => hibernate(i).unwrap_or_else(|| release(ctx, i)),
     }
 }
 
-/// Voters whose instance left the group, and dead voters whose instance is marked Unhealthy.
-fn departed<'a>(ctx: &Context<'a>) -> Vec<Leaving<'a>> {
+/// Voters whose instance left the group, and dead voters whose instance is marked Unhealthy;
+/// never an adopted member `adopted_held` holds.
+fn departed<'a>(ctx: &Context<'a>, adopted_held: &dyn Fn(&Member) -> bool) -> Vec<Leaving<'a>> {
     let mut voters: Vec<&Member> = ctx.view.voters().collect();
     voters.sort_by_key(|m| m.id);
     voters
@@ -103,7 +125,7 @@ fn departed<'a>(ctx: &Context<'a>) -> Vec<Leaving<'a>> {
         .filter_map(|m| {
             // An adopted member stays until the group's instances have taken over, or, one that
             // does not answer, until its patience is spent (`adopt::patience`).
-            if super::adopt::held(ctx, m) {
+            if adopted_held(m) {
                 return None;
             }
             let instance = ctx.instance_of(m);

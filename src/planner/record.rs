@@ -1,10 +1,10 @@
 //! Rules 0 and 1: the cluster record stays true, and a cluster is bootstrapped exactly once.
 
 use super::context::{by_age, certificate, needs_certificate, seed_candidate, unpublish, Context};
-use super::step::{MemberCertificate, Plan, Step, Wait};
+use super::step::{MemberCertificate, Plan, Step, Wait, STORE_PASSWORD};
 use crate::config::Settings;
 use crate::model::{
-    ActionResult, ClusterRecord, InitialState, LifecycleState, MemberConfig, Observation,
+    ActionResult, ClusterRecord, InitialState, Instance, LifecycleState, MemberConfig, Observation,
     RecordState, Transition,
 };
 
@@ -85,8 +85,15 @@ pub fn bookkeeping(ctx: &Context) -> Option<Step> {
 }
 
 /// Rule 1 with nobody answering and no record that served: a brand-new cluster, a bootstrap
-/// under way, or a seed that never served to replace.
-pub fn bootstrap(obs: &Observation, settings: &Settings, detail: &str) -> Plan {
+/// under way, or a seed that never served to replace. What a brand-new cluster starts from
+/// (empty, or a backup) is `first_generation`'s to say, for the seed (`recovery`, which the
+/// ranking hands in).
+pub fn bootstrap(
+    obs: &Observation,
+    settings: &Settings,
+    detail: &str,
+    first_generation: impl FnOnce(&Instance) -> Step,
+) -> Plan {
     let Some(record) = &obs.published.cluster else {
         // A cluster to adopt that does not answer is never replaced by a new, empty one.
         if !settings.adopt.is_empty() {
@@ -95,7 +102,7 @@ pub fn bootstrap(obs: &Observation, settings: &Settings, detail: &str) -> Plan {
             let why = if detail.contains("UserEmpty") || detail.contains("InvalidAuthToken") {
                 format!(
                     "authentication is on, and the function cannot act as its root: {} ({detail})",
-                    super::adopt::STORE_PASSWORD
+                    STORE_PASSWORD
                 )
             } else {
                 format!("the cluster at ADOPT_ENDPOINTS does not answer ({detail})")
@@ -105,9 +112,7 @@ pub fn bootstrap(obs: &Observation, settings: &Settings, detail: &str) -> Plan {
         // No record and nobody answering: a brand-new cluster (empty, or restored from the
         // backup an operator asked for). The create-only write decides. Only a launching
         // instance may seed: one in service may run etcd we cannot reach.
-        return Plan::only(seed_candidate(obs, None).map_or(Step::Idle, |seed| {
-            super::backup::first_generation(obs, settings, seed)
-        }));
+        return Plan::only(seed_candidate(obs, None).map_or(Step::Idle, first_generation));
     };
     if let Some(step) = release_terminations(obs, settings) {
         return Plan::only(step);

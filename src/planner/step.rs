@@ -12,6 +12,11 @@ use crate::model::{
     Transition,
 };
 
+/// What an operator does for a cluster with authentication on (docs/adopting.md): the reason an
+/// adoption is refused (`adopt`), or a cluster to adopt that does not answer waits (`record`).
+pub const STORE_PASSWORD: &str =
+    "store its root password: etcd-asg adopt-secrets --root-password-file FILE";
+
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum Step {
     CreateCluster(ClusterRecord),

@@ -2194,7 +2194,7 @@ fn a_corrupt_member_is_replaced_never_a_majority_and_its_alarm_disarmed_once_gon
     for n in 1..=3 {
         view.statuses.insert(id(n), MemberStatus::default());
     }
-    let (from, _) = backup::source(&view).unwrap();
+    let (from, _) = snapshots::source(&view).unwrap();
     assert_ne!(from, id(1));
 }
 
