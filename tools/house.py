@@ -7,6 +7,11 @@ the functions of src/ (Rust), tests/ (Go) and sim/, tests/, tools/ (Python) are.
   Test code (`tests.rs`, `fake.rs`, `#[cfg(test)] mod tests`) is left out: a test may reach
   anything. A circle of arrows fails the check; the floors (the longest chain of arrows below a
   room) are printed, top floor first.
+- Rule files (the files of a RULE_DIRS directory but its mod.rs and its shared files) never
+  import one another: an arrow from a file of the directory to another of its files must reach a
+  shared file (`context`, `step`, …); what one rule needs from another its mod.rs (the ranking)
+  asks and hands in. Each file of the directory is named (`name.rs`) in its mod.rs's doc comment,
+  so that a newcomer finds the one file a question belongs to.
 - A function longer than MAX_LINES lines fails the check unless it says why, in a line starting
   `Long:`, in Rust, Go and Python alike:
   - Rust (src/): each `fn` with a body, from its `fn` line to its closing brace; the reason is a
@@ -36,6 +41,9 @@ TEST_FILES = {"tests.rs", "fake.rs"}
 PYTHON_DIRS = ("sim", "tests", "tools")
 GO_DIRS = ("tests",)
 SKIP_DIRS = {"node_modules", ".git", "__pycache__", "venv", ".venv", "site-packages"}
+# A directory of rule files, ranked by its mod.rs: its shared files, the only ones a rule file
+# may import of its siblings.
+RULE_DIRS = {("planner",): {"context", "step", "snapshots"}}
 
 
 def module_of(path: Path) -> tuple[str, ...]:
@@ -117,6 +125,35 @@ def references(mod: tuple[str, ...], is_dir_module: bool, text: str, modules: se
         if target != mod and target in modules:
             found.add(target)
     return found
+
+
+def rule_failures(graph: dict, modules: dict) -> tuple[list[str], list[str]]:
+    """A rule file importing a sibling that is not shared, and a file of a rule directory its
+    mod.rs's doc comment does not name; then one summary line per rule directory."""
+    failures, summary = [], []
+    for parent, shared in RULE_DIRS.items():
+        children = sorted(m for m in graph if len(m) == len(parent) + 1 and m[:-1] == parent)
+        for name in sorted(shared - {m[-1] for m in children}):
+            failures.append(f"{'::'.join(parent)}: shared file {name} does not exist")
+        for child in children:
+            for target in sorted(graph[child]):
+                if target in children and target[-1] not in shared:
+                    failures.append(
+                        f"{modules[child].relative_to(ROOT)}: imports its sibling rule file "
+                        f"{target[-1]} (only {', '.join(sorted(shared))} are shared): let "
+                        f"{'/'.join(parent)}/mod.rs ask {target[-1]} and hand the answer in")
+        doc = "\n".join(l for l in modules[parent].read_text().splitlines()
+                        if l.lstrip().startswith("//!"))
+        files = sorted({p.name for p in modules[parent].parent.glob("*.rs")})
+        for name in files:
+            if f"`{name}`" not in doc:
+                failures.append(f"{modules[parent].relative_to(ROOT)}: its doc comment does not "
+                                f"name `{name}` (say which question the file answers)")
+        rules = [c[-1] for c in children if c[-1] not in shared]
+        summary.append(f"rules: {'::'.join(parent)}: {len(rules)} rule files "
+                       f"({', '.join(rules)}), none importing another; shared: "
+                       f"{', '.join(sorted(shared))}")
+    return failures, summary
 
 
 def functions(text: str):
@@ -285,15 +322,10 @@ def has_reason(lines, prefix: str = "") -> bool:
                for l in lines if l.strip().startswith(prefix))
 
 
-def main(argv: list[str]) -> int:
-    files = sorted(p for p in SRC.rglob("*.rs"))
-    modules = {module_of(p): p for p in files if p.name not in TEST_FILES}
-    graph = {}
-    for mod, path in modules.items():
-        text = strip_tests(path.read_text())
-        graph[mod] = references(mod, path.name == "mod.rs", text, set(modules))
+def circles(graph: dict) -> list[str]:
+    """An `import circle` failure for each strongly connected component of more than one room
+    (Tarjan)."""
     failures = []
-    # Circles: strongly connected components of more than one room (Tarjan).
     index, low, stack, on, sccs, counter = {}, {}, [], set(), [], [0]
 
     def visit(v):
@@ -325,6 +357,19 @@ def main(argv: list[str]) -> int:
         if len(comp) > 1:
             names = ", ".join(sorted("::".join(c) or "lib" for c in comp))
             failures.append(f"import circle: {names}")
+    return failures
+
+
+def main(argv: list[str]) -> int:
+    files = sorted(p for p in SRC.rglob("*.rs"))
+    modules = {module_of(p): p for p in files if p.name not in TEST_FILES}
+    graph = {}
+    for mod, path in modules.items():
+        text = strip_tests(path.read_text())
+        graph[mod] = references(mod, path.name == "mod.rs", text, set(modules))
+    failures = circles(graph)
+    rule_fails, rule_summary = rule_failures(graph, modules)
+    failures += rule_fails
     if not failures:
         floor = {}
 
@@ -340,6 +385,8 @@ def main(argv: list[str]) -> int:
                 rooms = sorted("::".join(v) or "lib" for v in graph if floor[v] == f)
                 print(f"floor {f}: {', '.join(rooms)}")
         print(f"house: {len(graph)} rooms on {max(floor.values()) + 1} floors, no circle")
+        for line in rule_summary:
+            print(line)
     for path in files:
         for name, line, length, doc in functions(path.read_text()):
             if length > MAX_LINES and not any(d.startswith("/// Long:") for d in doc):
