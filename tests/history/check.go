@@ -78,6 +78,11 @@ const (
 	ruleProgress = "progress-order"
 	// Two watches that deliver a revision deliver the same events for it.
 	ruleWatchesAgree = "watches-agree"
+	// A revoked lease is gone: a put with it fails (the model keeps the revoked leases).
+	ruleLeases = "leases"
+	// A revoke deletes the key attached to its lease at the revoke's revision: a watch that covered
+	// it delivers that DELETE.
+	ruleRevokeDeletes = "revoke-deletes"
 )
 
 // options are the checker's settings: the command's flags, and the rules switched off.

@@ -28,7 +28,7 @@ func (c *checker) linearizable(epochs []*epoch) {
 	for n, e := range epochs {
 		perGroup := make([][]porcupine.Operation, groups)
 		add := func(m *mop, call, ret int64) {
-			m.versions = c.on(ruleVersions)
+			m.versions, m.leases = c.on(ruleVersions), c.on(ruleLeases)
 			perGroup[m.group] = append(perGroup[m.group], porcupine.Operation{ClientId: m.op.Stream, Input: m, Output: nil, Call: call, Return: ret})
 		}
 		c.answeredOps(e, groups, add)
