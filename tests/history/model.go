@@ -111,6 +111,9 @@ type mop struct {
 	versions bool
 	// leases: revoked leases are kept, and a put on one rejected (the rule "leases").
 	leases bool
+	// applied: a write of unknown outcome a member's log shows was applied (at a revision not
+	// known).
+	applied bool
 }
 
 func (s state) describe(keyName func(int) string) string {
@@ -224,6 +227,9 @@ func applyBranch(s state, ops []TxnOp, m *mop, rev int64, exact bool, check bool
 // step is the model's transition: every state the operation can lead to (none: it cannot).
 func step(s state, m *mop) []state {
 	o := m.op
+	if m.unknown && m.seenRev == 0 && m.applied {
+		return stepApplied(s, m)
+	}
 	if m.unknown && m.seenRev == 0 {
 		return append([]state{s}, applyUnknown(s, m)...)
 	}
@@ -309,6 +315,17 @@ func stepRevoke(s state, m *mop, rev int64) []state {
 	}
 	n.Rev = rev
 	return []state{n}
+}
+
+// stepApplied: a write known applied, at a revision not known: what it did (a put on a revoked
+// lease, a delete of a key not there: nothing; a transaction may have taken a branch that wrote
+// nothing).
+func stepApplied(s state, m *mop) []state {
+	out := applyUnknown(s, m)
+	if len(out) == 0 || m.op.Kind == "txn" {
+		out = append(out, s)
+	}
+	return out
 }
 
 type branch struct {
