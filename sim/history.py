@@ -78,9 +78,13 @@ class Recording:
 
 
 def check(path: str, restores: list[tuple[int, str]] = (), fresh_serializable: bool = False,
-          timeout: str = "10s") -> tuple[int, dict, list[str]]:
-    """Runs the checker: (exit code, its summary, its violation lines)."""
+          timeout: str = "10s", wal_dirs: list[str] = ()) -> tuple[int, dict, list[str]]:
+    """Runs the checker: (exit code, its summary, its violation lines). `wal_dirs`: the members'
+    data directories (every one the cluster had, replaced members' too), whose logs settle the
+    writes of unknown outcome."""
     argv = [binary(), "check", "-history", path, "-timeout", timeout]
+    if wal_dirs:
+        argv += ["-wal", ",".join(wal_dirs)]
     for rev, kind in restores:
         argv += ["-restore", f"{rev}:{kind}"]
     if fresh_serializable:
@@ -104,10 +108,11 @@ def keep(path: str, why: str) -> str:
     return dest
 
 
-def verified(path: str, restores: list[tuple[int, str]] = (), label: str = "history") -> dict:
+def verified(path: str, restores: list[tuple[int, str]] = (), label: str = "history",
+             wal_dirs: list[str] = ()) -> dict:
     """Checks a history and fails with the checker's witness if it is not what etcd promises
     (or the check could not finish: "unknown" is never a pass). The summary."""
-    code, summary, violations = check(path, restores)
+    code, summary, violations = check(path, restores, wal_dirs=wal_dirs)
     if code != 0:
         kept = keep(path, label)
         what = "; ".join(v.removeprefix("VIOLATION: ") for v in violations) or summary.get("result", "no summary")
@@ -122,7 +127,7 @@ def note(summary: dict, version: str):
     os.makedirs(dest, exist_ok=True)
     test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
     keep_keys = ("ops", "failed", "unresolved_writes", "watch_events", "watch_compacted", "watch_sessions",
-                 "longest_ok_op_ms", "longest_without_success_ms", "restores", "check_ms", "clusters")
+                 "longest_ok_op_ms", "longest_without_success_ms", "restores", "check_ms", "clusters", "wal")
     line = {"test": test, "etcd": version, "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
             **{k: summary.get(k) for k in keep_keys}}
     with open(os.path.join(dest, "summaries.jsonl"), "a") as f:

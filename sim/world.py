@@ -652,6 +652,15 @@ class Simulation:
         with self.lock:
             self.instances[iid] = SimInstance(iid, address, data_dir, proc, env["ETCD_BIN"])
 
+    def member_data_dirs(self) -> list[str]:
+        """Every etcd data directory this simulation's instances had, terminated and replaced
+        ones too (an instance's directory stays until close()): those holding a WAL, for the
+        history checker to settle the writes of unknown outcome from what the members
+        persisted."""
+        with self.lock:
+            dirs = [os.path.join(i.data_dir, "data") for i in self.instances.values()]
+        return [d for d in dirs if os.path.isdir(os.path.join(d, "member", "wal"))]
+
     def kill_instance(self, iid: str):
         with self.lock:
             inst = self.instances.get(iid)
@@ -929,11 +938,12 @@ class Simulation:
             raise AssertionError("no history is being recorded")
         if restores is None:
             restores = self.restores_declared() if self.history_through_restore else []
-        self.history_summary = history.verified(rec.stop(), restores, label=self.group)
+        self.history_summary = history.verified(rec.stop(), restores, label=self.group,
+                                                wal_dirs=self.member_data_dirs())
         s = self.history_summary
         history.note(s, etcd.version_of(self.etcd_bin))
         print(f"history: {s['ops']} operations ({s['failed']} failed, {s['unresolved_writes']} of unknown outcome), "
               f"{s['watch_events']} watch events, {s['watch_compacted']} watches compacted; linearizable, "
               f"watches as promised; longest without success {s['longest_without_success_ms']} ms; "
-              f"restores {s.get('restores', [])}; checked in {s['check_ms']} ms")
+              f"restores {s.get('restores', [])}; members' logs {s.get('wal')}; checked in {s['check_ms']} ms")
         return s

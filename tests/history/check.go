@@ -46,6 +46,7 @@ type Summary struct {
 	LongestGapMs    int64          `json:"longest_without_success_ms"`
 	FailedWindow    string         `json:"longest_without_success_at,omitempty"`
 	HTML            string         `json:"html,omitempty"`
+	WAL             *WALReport     `json:"wal,omitempty"`
 }
 
 // CutReport is what one restore cost.
@@ -78,6 +79,11 @@ const (
 	ruleProgress = "progress-order"
 	// Two watches that deliver a revision deliver the same events for it.
 	ruleWatchesAgree = "watches-agree"
+	// A revoked lease is gone: a put with it fails (the model keeps the revoked leases).
+	ruleLeases = "leases"
+	// A revoke deletes the key attached to its lease at the revoke's revision: a watch that covered
+	// it delivers that DELETE.
+	ruleRevokeDeletes = "revoke-deletes"
 )
 
 // options are the checker's settings: the command's flags, and the rules switched off.
@@ -87,6 +93,8 @@ type options struct {
 	fresh    bool
 	restores []Restore
 	off      map[string]bool
+	// walDirs: the members' data directories, whose logs settle writes of unknown outcome.
+	walDirs []string
 }
 
 type checker struct {
@@ -100,6 +108,8 @@ type checker struct {
 	claims map[uint64]map[int64]int
 	// writer: the operation that tried each value (values are unique).
 	writer map[string]int
+	// wal: what the members persisted (nil: not given).
+	wal *walEvidence
 }
 
 func (c *checker) on(rule string) bool { return !c.off[rule] }
@@ -144,6 +154,8 @@ func check(args []string) (code int) {
 		restores = append(restores, Restore{Revision: n, Kind: kind})
 		return nil
 	})
+	walDirs := fs.String("wal", "", "the members' data directories (comma-separated; replaced members' too): "+
+		"their logs settle writes of unknown outcome")
 	_ = fs.Parse(args)
 	if *path == "" {
 		fmt.Fprintln(os.Stderr, "check needs -history")
@@ -165,6 +177,11 @@ func check(args []string) (code int) {
 		}
 	}()
 	c := &checker{h: h, options: options{timeout: *timeout, html: *html, fresh: *fresh, restores: restores}}
+	for _, d := range strings.Split(*walDirs, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			c.walDirs = append(c.walDirs, d)
+		}
+	}
 	c.run()
 	for _, v := range c.sum.Violations {
 		fmt.Println("VIOLATION:", v)
@@ -215,6 +232,9 @@ func (c *checker) run() {
 	c.staleReads(epochs)
 	c.watches(epochs)
 	c.serializableReads()
+	if len(c.walDirs) > 0 {
+		c.loadWAL()
+	}
 	c.linearizable(epochs)
 	switch {
 	case len(c.sum.Violations) > 0:

@@ -152,7 +152,7 @@ func (c *checker) witness(model porcupine.Model, info porcupine.LinearizationInf
 	var culprit *porcupine.Operation
 	for k := range ops {
 		m := ops[k].Input.(*mop)
-		if placed[m] || m.unknown {
+		if placed[m] || m.unknown && m.seenRev == 0 { // one a watch showed applied must be placed too
 			continue
 		}
 		if culprit == nil || ops[k].Return < culprit.Return {

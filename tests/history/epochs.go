@@ -87,6 +87,7 @@ type effect struct {
 	value string
 	rev   int64
 	op    int
+	lease int64 // a revoke's delete: the lease revoked
 }
 
 // effects of an answered write (a revoke's are not known from its answer alone).

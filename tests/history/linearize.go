@@ -28,7 +28,7 @@ func (c *checker) linearizable(epochs []*epoch) {
 	for n, e := range epochs {
 		perGroup := make([][]porcupine.Operation, groups)
 		add := func(m *mop, call, ret int64) {
-			m.versions = c.on(ruleVersions)
+			m.versions, m.leases = c.on(ruleVersions), c.on(ruleLeases)
 			perGroup[m.group] = append(perGroup[m.group], porcupine.Operation{ClientId: m.op.Stream, Input: m, Output: nil, Call: call, Return: ret})
 		}
 		c.answeredOps(e, groups, add)
@@ -126,12 +126,21 @@ func (c *checker) unknownOps(e *epoch, n, groups int, ev *evidence, add func(m *
 		ret := int64(1) << 62
 		v := valueOf(o)
 		w, watchedHere := ev.watched[v]
+		verdict, bound := c.walVerdict(o, e.cluster)
 		switch {
 		case v != "" && watchedHere && w.cluster == e.cluster:
 			// Seen applied: a watch delivered its value (values are unique), at that revision.
 			m.seenRev, ret = w.rev, w.time
-		case v != "" && watchedHere:
+		case v != "" && watchedHere || verdict == walElsewhere:
 			continue // applied by another cluster: a request reaches one
+		case verdict == walNotApplied:
+			c.sum.WAL.NotApplied++
+			continue // no member persisted it
+		case verdict == walApplied:
+			// Persisted committed: applied, before the first acknowledged write persisted after it
+			// returned.
+			m.applied, ret = true, bound
+			c.sum.WAL.Applied++
 		case (v == "" || !ev.seen[v]) && o.Call > lastReturn[m.group]:
 			continue // nothing answered on its keys after it: whatever it did, nobody saw
 		case v != "" && !ev.seen[v] && ev.coverage.covers(e.cluster, o.Call) && !(o.Kind == "txn" && branchWrites(o.Else)):

@@ -12,6 +12,8 @@ package main
 import (
 	"fmt"
 	"hash/fnv"
+	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/anishathalye/porcupine"
@@ -49,6 +51,44 @@ func put(k kstate, value string, lease, rev int64, exact bool) kstate {
 type state struct {
 	Rev int64 // the store's revision is at least this
 	K   [groupSize]kstate
+	// Revoked: the leases of this group's keys known revoked (sorted, comma-separated, hex), as
+	// etcd's model removes a revoked lease from its state: a put with one of them fails ("requested
+	// lease not found"). Each of the recorder's leases holds one key, so its puts and its revoke
+	// are all in that key's group. A lease not revoked is taken to exist (its grant returned
+	// before the client used it; a restore may bring back one revoked after its backup).
+	Revoked string
+}
+
+// isRevoked says whether lease is known revoked in s.
+func (s state) isRevoked(lease int64) bool {
+	if lease == 0 || s.Revoked == "" {
+		return false
+	}
+	id := strconv.FormatInt(lease, 16)
+	for _, x := range strings.Split(s.Revoked, ",") {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// revoke: s with lease known revoked, and the key attached to it (slot i) deleted; whether a key
+// was deleted (the revoke then has a revision of its own).
+func (s state) revoke(lease int64, i int) (state, bool) {
+	if !s.isRevoked(lease) {
+		ids := []string{strconv.FormatInt(lease, 16)}
+		if s.Revoked != "" {
+			ids = append(ids, strings.Split(s.Revoked, ",")...)
+		}
+		sort.Strings(ids)
+		s.Revoked = strings.Join(ids, ",")
+	}
+	if s.K[i].Present && s.K[i].Lease == lease {
+		s.K[i] = kstate{}
+		return s, true
+	}
+	return s, false
 }
 
 // mop is one operation as the model sees it: the recorded operation, its group, the keys of
@@ -69,6 +109,11 @@ type mop struct {
 	noThen bool
 	// versions: reads are checked for each key's version and create revision too.
 	versions bool
+	// leases: revoked leases are kept, and a put on one rejected (the rule "leases").
+	leases bool
+	// applied: a write of unknown outcome a member's log shows was applied (at a revision not
+	// known).
+	applied bool
 }
 
 func (s state) describe(keyName func(int) string) string {
@@ -87,12 +132,15 @@ func (s state) describe(keyName func(int) string) string {
 			parts = append(parts, fmt.Sprintf("%s=%s (mod ≥ %d)", name, k.Value, k.Mod))
 		}
 	}
+	if s.Revoked != "" {
+		parts = append(parts, "leases revoked "+s.Revoked)
+	}
 	return fmt.Sprintf("%s, store revision ≥ %d", strings.Join(parts, ", "), s.Rev)
 }
 
 func hashState(s state) uint64 {
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%d", s.Rev)
+	fmt.Fprintf(h, "%d|%s", s.Rev, s.Revoked)
 	for _, k := range s.K {
 		fmt.Fprintf(h, "|%t|%s|%d|%t|%d|%d|%d|%t", k.Present, k.Value, k.Mod, k.Exact, k.Lease, k.Version, k.Create, k.CreateExact)
 	}
@@ -179,6 +227,9 @@ func applyBranch(s state, ops []TxnOp, m *mop, rev int64, exact bool, check bool
 // step is the model's transition: every state the operation can lead to (none: it cannot).
 func step(s state, m *mop) []state {
 	o := m.op
+	if m.unknown && m.seenRev == 0 && m.applied {
+		return stepApplied(s, m)
+	}
 	if m.unknown && m.seenRev == 0 {
 		return append([]state{s}, applyUnknown(s, m)...)
 	}
@@ -204,18 +255,20 @@ func step(s state, m *mop) []state {
 		n.Rev = rev
 		return []state{n}
 	case "put":
-		if rev <= s.Rev {
-			return nil
+		if rev <= s.Rev || m.leases && s.isRevoked(o.Lease) {
+			return nil // a put on a revoked lease fails: "requested lease not found"
 		}
 		n := s
 		n.K[m.slot[o.Key]] = put(s.K[m.slot[o.Key]], o.Value, o.Lease, rev, true)
 		n.Rev = rev
 		return []state{n}
-	case "delete", "revoke":
+	case "revoke":
+		return stepRevoke(s, m, rev)
+	case "delete":
 		i := m.slot[o.Key]
 		n := s
-		hit := s.K[i].Present && (o.Kind == "delete" || s.K[i].Lease == o.Lease)
-		if o.Kind == "delete" && m.seenRev == 0 && (o.Deleted == 1) != hit {
+		hit := s.K[i].Present
+		if m.seenRev == 0 && (o.Deleted == 1) != hit {
 			return nil
 		}
 		if hit {
@@ -247,6 +300,32 @@ func step(s state, m *mop) []state {
 		return out
 	}
 	return []state{s}
+}
+
+// stepRevoke: an acknowledged revoke at revision rev deletes the key attached to its lease (a
+// revision of its own: rev must be past the store's), else leaves the revision where it was; the
+// lease is gone either way.
+func stepRevoke(s state, m *mop, rev int64) []state {
+	n, hit := s.revoke(m.op.Lease, m.slot[m.op.Key])
+	if !m.leases {
+		n.Revoked = s.Revoked
+	}
+	if hit && rev <= s.Rev {
+		return nil
+	}
+	n.Rev = rev
+	return []state{n}
+}
+
+// stepApplied: a write known applied, at a revision not known: what it did (a put on a revoked
+// lease, a delete of a key not there: nothing; a transaction may have taken a branch that wrote
+// nothing).
+func stepApplied(s state, m *mop) []state {
+	out := applyUnknown(s, m)
+	if len(out) == 0 || m.op.Kind == "txn" {
+		out = append(out, s)
+	}
+	return out
 }
 
 type branch struct {
@@ -281,13 +360,30 @@ func applyUnknown(s state, m *mop) []state {
 	rev := s.Rev + 1
 	switch o.Kind {
 	case "put":
+		if m.leases && s.isRevoked(o.Lease) {
+			return nil // its lease was gone: it failed
+		}
 		n := s
 		n.K[m.slot[o.Key]] = put(s.K[m.slot[o.Key]], o.Value, o.Lease, rev, false)
 		n.Rev = rev
 		return []state{n}
-	case "delete", "revoke":
+	case "revoke":
+		if !m.leases {
+			n, hit := s.revoke(o.Lease, m.slot[o.Key])
+			if !hit {
+				return nil
+			}
+			n.Revoked, n.Rev = s.Revoked, rev
+			return []state{n}
+		}
+		n, hit := s.revoke(o.Lease, m.slot[o.Key])
+		if hit {
+			n.Rev = rev
+		}
+		return []state{n}
+	case "delete":
 		i := m.slot[o.Key]
-		if s.K[i].Present && (o.Kind == "delete" || s.K[i].Lease == o.Lease) {
+		if s.K[i].Present {
 			n := s
 			n.K[i] = kstate{}
 			n.Rev = rev

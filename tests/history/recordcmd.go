@@ -53,6 +53,11 @@ func parseRecordFlags(args []string) (*recordConfig, error) {
 	if cfg.endpoint == "" || cfg.out == "" {
 		return nil, fmt.Errorf("record needs -endpoint and -out")
 	}
+	if cfg.maxDuration > 50*time.Minute {
+		// Its leases are granted for an hour and never expire during a recording: the checker
+		// models a lease as gone only when a client revoked it.
+		return nil, fmt.Errorf("-max %s: at most 50m (the recorder's leases last an hour, and must not expire while it runs)", cfg.maxDuration)
+	}
 	if !strings.HasSuffix(cfg.prefix, "/") || cfg.keys < 2 || cfg.clients < 1 || cfg.rate <= 0 {
 		return nil, fmt.Errorf("bad settings: prefix %q must end with /, keys %d ≥ 2, clients %d ≥ 1, rate %v > 0", cfg.prefix, cfg.keys, cfg.clients, cfg.rate)
 	}

@@ -154,7 +154,7 @@ var ruleCases = []ruleCase{
 }
 
 func TestEachRuleRejectsItsFixtureAndMatters(t *testing.T) {
-	for _, rc := range ruleCases {
+	for _, rc := range append(append([]ruleCase{}, ruleCases...), leaseCases...) {
 		t.Run(rc.name, func(t *testing.T) {
 			rejected(t, &rc.build().h, rc.want)
 			accepted(t, &rc.build().h, rc.rule)

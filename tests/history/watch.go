@@ -67,7 +67,15 @@ func (c *checker) watches(epochs []*epoch) {
 		return
 	}
 	for _, s := range sessions {
-		if !c.session(w, s) || !c.reliable(w, s) {
+		if !c.session(w, s) {
+			return
+		}
+	}
+	// Reliable, once every session's coverage is known (a revoke's delete is expected only where
+	// some session delivered everything around it).
+	c.revokeDeletes(w, sessions)
+	for _, s := range sessions {
+		if !c.reliable(w, s) {
 			return
 		}
 		if s.deferred != "" {
@@ -356,6 +364,9 @@ func (c *checker) reliable(w *watchCheck, s *wsession) bool {
 }
 
 func describeEffect(x effect) string {
+	if x.del && x.lease != 0 {
+		return fmt.Sprintf("the delete of %s by the revoke of its lease %x", x.key, x.lease)
+	}
 	if x.del {
 		return fmt.Sprintf("the delete of %s", x.key)
 	}

@@ -1,0 +1,242 @@
+package main
+
+// What the members persisted: each member's write-ahead log (data-dir/member/wal), read with
+// etcd's own wal package as etcd's robustness tests read it (tests/robustness/report/wal.go),
+// merged by cluster and raft index, and the client requests in it, by what identifies them.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/client/pkg/v3/fileutil"
+	"go.etcd.io/etcd/server/v3/storage/wal"
+	"go.etcd.io/etcd/server/v3/storage/wal/walpb"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// memberWAL is one member's log: its cluster, the highest commit index it persisted, and its
+// entries as they stand (an entry rewritten at a lower index replaces the ones after it).
+type memberWAL struct {
+	dir     string
+	cluster uint64
+	commit  uint64
+	entries []raftpb.Entry
+}
+
+// walDirOf: a data directory's WAL directory (or dir itself, if it holds .wal files).
+func walDirOf(dir string) string {
+	if names, err := filepath.Glob(filepath.Join(dir, "*.wal")); err == nil && len(names) > 0 {
+		return dir
+	}
+	return filepath.Join(dir, "member", "wal")
+}
+
+// readMemberWAL decodes every record of a member's WAL files, checking their checksums; a torn
+// last record (the member stopped while writing it) ends the log there, as wal.Repair would cut
+// it, without writing anything.
+func readMemberWAL(dir string) (*memberWAL, error) {
+	walDir := walDirOf(dir)
+	names, err := fileutil.ReadDir(walDir)
+	if err != nil {
+		return nil, err
+	}
+	var files []fileutil.FileReader
+	for _, name := range names {
+		if !strings.HasSuffix(name, ".wal") {
+			continue
+		}
+		f, err := os.Open(filepath.Join(walDir, name))
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		files = append(files, fileutil.NewFileReader(f))
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no .wal files in %s", walDir)
+	}
+	m := &memberWAL{dir: dir}
+	dec := wal.NewDecoder(files...)
+	rec := &walpb.Record{}
+	for err = dec.Decode(rec); err == nil; err = dec.Decode(rec) {
+		if err = m.record(rec, dec); err != nil {
+			return nil, fmt.Errorf("%s: %w", walDir, err)
+		}
+	}
+	if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, fmt.Errorf("%s: %w", walDir, err)
+	}
+	return m, nil
+}
+
+// record takes one WAL record into the member's log.
+func (m *memberWAL) record(rec *walpb.Record, dec wal.Decoder) error {
+	switch rec.Type {
+	case wal.EntryType:
+		var e raftpb.Entry
+		if err := e.Unmarshal(rec.Data); err != nil {
+			return err
+		}
+		i := len(m.entries)
+		for i > 0 && m.entries[i-1].Index >= e.Index {
+			i--
+		}
+		m.entries = append(m.entries[:i], e)
+	case wal.StateType:
+		var st raftpb.HardState
+		if err := st.Unmarshal(rec.Data); err != nil {
+			return err
+		}
+		m.commit = st.Commit
+	case wal.MetadataType:
+		var md pb.Metadata
+		if err := md.Unmarshal(rec.Data); err != nil {
+			return err
+		}
+		m.cluster = md.ClusterID
+	case wal.CrcType:
+		if crc := dec.LastCRC(); crc != 0 && rec.Validate(crc) != nil {
+			return wal.ErrCRCMismatch
+		}
+		dec.UpdateCRC(rec.Crc)
+	}
+	return nil
+}
+
+// clusterLog is one cluster's log, merged from its members': each index's entry, committed
+// when some member persisted a commit index at or past it (that member's entry is the one).
+type clusterLog struct {
+	cluster   uint64
+	entries   map[uint64]raftpb.Entry
+	committed map[uint64]bool
+	first     uint64
+	last      uint64
+	// gapFrom: every index from it to last is known.
+	gapFrom uint64
+	// where each request was persisted, committed (indexes) or not (a count).
+	at      map[string][]uint64
+	pending map[string]int
+}
+
+// mergeWALs merges the members' logs by cluster; an error if two members persisted different
+// committed entries at one index (a violation of raft's safety, as etcd's merge refuses it).
+func mergeWALs(members []*memberWAL) (map[uint64]*clusterLog, error) {
+	out := map[uint64]*clusterLog{}
+	// Members with the highest commit first: their entry stands for the index.
+	sort.SliceStable(members, func(a, b int) bool { return members[a].commit > members[b].commit })
+	for _, m := range members {
+		l := out[m.cluster]
+		if l == nil {
+			l = &clusterLog{cluster: m.cluster, entries: map[uint64]raftpb.Entry{}, committed: map[uint64]bool{},
+				at: map[string][]uint64{}, pending: map[string]int{}}
+			out[m.cluster] = l
+		}
+		for _, e := range m.entries {
+			old, seen := l.entries[e.Index]
+			committed := e.Index <= m.commit
+			switch {
+			case seen && l.committed[e.Index] && committed && (old.Term != e.Term || string(old.Data) != string(e.Data)):
+				return nil, fmt.Errorf("cluster %x: members persisted different committed entries at raft index %d (%s and %s)",
+					m.cluster, e.Index, members[0].dir, m.dir)
+			case !seen || committed && !l.committed[e.Index] || !l.committed[e.Index] && e.Term > old.Term:
+				l.entries[e.Index] = e
+				l.committed[e.Index] = l.committed[e.Index] || committed
+			}
+		}
+	}
+	for _, l := range out {
+		l.index()
+	}
+	return out, nil
+}
+
+// index finds the log's bounds and where each client request is.
+func (l *clusterLog) index() {
+	for i := range l.entries {
+		if l.first == 0 || i < l.first {
+			l.first = i
+		}
+		if i > l.last {
+			l.last = i
+		}
+	}
+	l.gapFrom = l.last
+	for l.gapFrom > l.first {
+		if _, ok := l.entries[l.gapFrom-1]; !ok {
+			break
+		}
+		l.gapFrom--
+	}
+	for i, e := range l.entries {
+		if e.Type != raftpb.EntryNormal || len(e.Data) == 0 {
+			continue
+		}
+		var req pb.InternalRaftRequest
+		if req.Unmarshal(e.Data) != nil {
+			continue // a v2 request of an older etcd's bootstrap
+		}
+		for _, sig := range requestSigs(&req) {
+			if l.committed[i] {
+				l.at[sig] = append(l.at[sig], i)
+			} else {
+				l.pending[sig]++
+			}
+		}
+	}
+	for _, idx := range l.at {
+		sort.Slice(idx, func(a, b int) bool { return idx[a] < idx[b] })
+	}
+}
+
+// complete: the log holds every index from the cluster's first.
+func (l *clusterLog) complete() bool { return l.first == 1 && l.gapFrom == 1 }
+
+// requestSigs: what identifies a request, as the recorder's operations are identified: a put
+// by its key and (unique) value, a delete by its key, a revoke by its lease; a transaction by
+// the puts in its branches.
+func requestSigs(req *pb.InternalRaftRequest) []string {
+	switch {
+	case req.Put != nil:
+		return []string{putSig(string(req.Put.Key), string(req.Put.Value))}
+	case req.DeleteRange != nil && len(req.DeleteRange.RangeEnd) == 0:
+		return []string{"del|" + string(req.DeleteRange.Key)}
+	case req.LeaseRevoke != nil:
+		return []string{fmt.Sprintf("revoke|%x", req.LeaseRevoke.ID)}
+	case req.Txn != nil:
+		var out []string
+		for _, op := range append(append([]*pb.RequestOp{}, req.Txn.Success...), req.Txn.Failure...) {
+			if p := op.GetRequestPut(); p != nil {
+				out = append(out, putSig(string(p.Key), string(p.Value)))
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+func putSig(key, value string) string { return "put|" + key + "|" + value }
+
+// opSig: the signature of a recorder's write, and whether it is unique (a value).
+func opSig(o *Op) (string, bool) {
+	switch o.Kind {
+	case "put":
+		return putSig(o.Key, o.Value), true
+	case "txn":
+		for _, t := range o.Then {
+			if t.Kind == "put" {
+				return putSig(t.Key, t.Value), true
+			}
+		}
+	case "delete":
+		return "del|" + o.Key, false
+	case "revoke":
+		return fmt.Sprintf("revoke|%x", o.Lease), false
+	}
+	return "", false
+}

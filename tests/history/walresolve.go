@@ -1,0 +1,163 @@
+package main
+
+// Writes of unknown outcome settled by what the members persisted, as etcd's robustness tests
+// patch their histories (tests/robustness/validate/patch_history.go): a write whose request a
+// member's log holds committed was applied, and took effect before the first acknowledged write
+// persisted after it returned; one no member's log holds, where the logs are known complete
+// since before it was sent, was not.
+
+import (
+	"fmt"
+	"os"
+)
+
+// WALReport is what the members' logs settled.
+type WALReport struct {
+	Dirs       int `json:"dirs"`
+	Read       int `json:"read"`
+	Entries    int `json:"entries"`
+	Applied    int `json:"applied"`
+	NotApplied int `json:"not_applied"`
+}
+
+type walVerdict int
+
+const (
+	walUnknown walVerdict = iota
+	walApplied
+	walNotApplied
+	walElsewhere // applied by another cluster
+)
+
+// walEvidence: the clusters' logs, and where the acknowledged writes are in them.
+type walEvidence struct {
+	logs map[uint64]*clusterLog
+	// every data directory was read (else nothing is settled as not applied)
+	allRead bool
+	// per cluster: the acknowledged writes of unique values found committed
+	acked map[uint64][]ackAt
+	// per signature: the failed operations
+	failed map[string]int
+}
+
+type ackAt struct {
+	index uint64
+	ret   int64
+}
+
+// loadWAL reads every data directory and merges their logs.
+func (c *checker) loadWAL() {
+	ev := &walEvidence{allRead: true, acked: map[uint64][]ackAt{}, failed: map[string]int{}}
+	c.sum.WAL = &WALReport{Dirs: len(c.walDirs)}
+	var members []*memberWAL
+	for _, dir := range c.walDirs {
+		m, err := readMemberWAL(dir)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "history check: %s: %v (nothing settled as not applied)\n", dir, err)
+			ev.allRead = false
+			continue
+		}
+		c.sum.WAL.Read++
+		c.sum.WAL.Entries += len(m.entries)
+		members = append(members, m)
+	}
+	logs, err := mergeWALs(members)
+	if err != nil {
+		c.violation("%v", err)
+		return
+	}
+	ev.logs = logs
+	for i := range c.h.Ops {
+		o := &c.h.Ops[i]
+		sig, unique := opSig(o)
+		switch {
+		case sig == "" || !o.isWrite() && o.Kind != "revoke":
+			continue
+		case o.Status == "fail":
+			ev.failed[sig]++
+			continue
+		}
+		if l := logs[o.Header.Cluster]; o.Status == "ok" && unique && l != nil && len(l.at[sig]) > 0 {
+			ev.acked[l.cluster] = append(ev.acked[l.cluster], ackAt{index: l.at[sig][0], ret: o.Return})
+		}
+	}
+	c.wal = ev
+}
+
+// walVerdict settles a failed write, for the epoch of cluster: and if applied, the latest it
+// can have taken effect (the return of the first acknowledged write persisted after it).
+func (c *checker) walVerdict(o *Op, cluster uint64) (walVerdict, int64) {
+	if c.wal == nil || c.wal.logs[cluster] == nil {
+		return walUnknown, 0
+	}
+	sig, unique := opSig(o)
+	if sig == "" {
+		return walUnknown, 0
+	}
+	l := c.wal.logs[cluster]
+	if !unique {
+		return c.countVerdict(l, sig)
+	}
+	if idx := l.at[sig]; len(idx) > 0 {
+		bound := int64(1) << 62
+		for _, a := range c.wal.acked[cluster] {
+			if a.index > idx[0] && a.ret < bound {
+				bound = a.ret
+			}
+		}
+		return walApplied, bound
+	}
+	for _, other := range c.wal.logs {
+		if other.pending[sig] > 0 {
+			return walUnknown, 0 // persisted, not known committed
+		}
+		if len(other.at[sig]) > 0 {
+			return walElsewhere, 0
+		}
+	}
+	if !c.wal.allRead {
+		return walUnknown, 0
+	}
+	// Absent: known not applied if the log is known whole from a write acknowledged before it
+	// was sent (or from the cluster's first index) to its end.
+	covered := l.complete()
+	for _, a := range c.wal.acked[cluster] {
+		if a.ret < o.Call && a.index >= l.gapFrom {
+			covered = true
+		}
+	}
+	if covered {
+		return walNotApplied, 0
+	}
+	return walUnknown, 0
+}
+
+// countVerdict: a delete (of a key) or a revoke (of a lease) is not unique; in a log whole from
+// the cluster's first index, as many persisted as were answered means the failed ones were not
+// applied, as many as were sent means they all were.
+func (c *checker) countVerdict(l *clusterLog, sig string) (walVerdict, int64) {
+	if !c.wal.allRead || !l.complete() || l.pending[sig] > 0 {
+		return walUnknown, 0
+	}
+	answered := 0
+	for i := range c.h.Ops {
+		o := &c.h.Ops[i]
+		s, _ := opSig(o)
+		switch {
+		case s != sig || o.Status == "fail":
+		case o.Header != nil && o.Header.Cluster == l.cluster:
+			answered++
+		case o.Status == "gone" && len(c.clusters) == 1:
+			answered++ // refused (its lease gone) after it was persisted: the one cluster's
+		case o.Status == "gone":
+			return walUnknown, 0 // refused by which cluster?
+		}
+	}
+	switch persisted := len(l.at[sig]); {
+	case persisted == answered:
+		return walNotApplied, 0
+	case persisted == answered+c.wal.failed[sig]:
+		return walApplied, int64(1) << 62
+	}
+	return walUnknown, 0
+}
