@@ -199,3 +199,29 @@ def test_serializable_reads_of_a_member_cut_off_from_its_peers_are_reported_stal
     assert cluster.url(3) in summary["stale_witness"], summary["stale_witness"]
     # Held to linearizable reads' standard, the same history fails, naming the stale read.
     _violation(path, "serializable reads were stale", "sget", cluster.url(3), fresh_serializable=True)
+
+
+@pytest.mark.long(120)
+def test_a_history_through_two_members_hung_for_90_s_is_decided_from_the_members_logs(cluster, tmp_path):
+    """Two of three members hung (SIGSTOP: a stuck disk, a long pause) for 90 s, then resumed:
+    hundreds of writes fail with their outcome unknown, which porcupine alone cannot settle in
+    time ("unknown", never a pass). Settled from what the members persisted (their WALs, read
+    with etcd's own package, as etcd's robustness tests do), the check decides."""
+    rec = history.Recording(str(tmp_path), cluster.url(1), members=[cluster.url(1), cluster.url(2)])
+    time.sleep(3)
+    for p in cluster.procs[1:]:
+        procs.pause(p)
+    try:
+        time.sleep(90)
+    finally:
+        for p in cluster.procs[1:]:
+            procs.resume(p)
+    time.sleep(5)
+    path = rec.stop()
+    dirs = [os.path.join(cluster.workdir, f"m{n}") for n in (1, 2, 3)]
+    code, summary, violations = history.check(path, wal_dirs=dirs, timeout="60s")
+    print(f"hung members: {summary.get('ops')} operations, {summary.get('failed')} failed, "
+          f"{summary.get('unresolved_writes')} left unresolved, wal {summary.get('wal')}, "
+          f"checked in {summary.get('check_ms')} ms")
+    assert code == 0 and summary["linearizable"] == "ok", (code, summary, violations)
+    assert summary["failed"] > 0 and summary["wal"]["read"] == 3, summary
