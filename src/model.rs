@@ -315,9 +315,12 @@ impl ClusterView {
             .collect()
     }
 
-    /// Whether the cluster has raised the space alarm.
+    /// Whether a member ran out of space: a NOSPACE alarm other than the function's own write
+    /// fence (`FENCE`, raised on purpose at hibernation: no maintenance to do, no alarm to page).
     pub fn nospace(&self) -> bool {
-        self.alarms.iter().any(|a| a.kind == NOSPACE)
+        self.alarms
+            .iter()
+            .any(|a| a.kind == NOSPACE && a.member != FENCE)
     }
 
     pub fn member(&self, id: MemberId) -> Option<&Member> {

@@ -256,6 +256,21 @@ mod tests {
         );
     }
 
+    /// The function's own write fence at hibernation is no member out of space: nothing to
+    /// compact, defragment or disarm here (`hibernate::unfence` lifts it).
+    #[test]
+    fn the_hibernation_fence_is_no_space_alarm_to_maintain() {
+        let mut v = view([(1000, 800), (1000, 995), (1000, 990)]);
+        v.alarms.push(Alarm {
+            member: crate::model::FENCE,
+            kind: NOSPACE.into(),
+        });
+        assert!(!v.nospace());
+        assert!(!plan(&v, &settings())
+            .iter()
+            .any(|s| matches!(s, Step::Compact { .. } | Step::Disarm { .. })));
+    }
+
     #[test]
     fn nospace_then_defragments_every_member_then_disarms() {
         // Compacted: the files are mostly free now.
