@@ -64,7 +64,12 @@ KINDS = {
     "crash": 2,  # the function killed inside its steps (after an AWS call applied)
     "zone": 1,  # an Availability Zone lost, then restored
     "zero": 1,  # the group scaled to zero (the cluster sleeps), then back to three (it wakes)
+    "version": 1,  # the launch template's etcd moved a minor forward, or back while etcd allows it
+    "request": 1,  # an operator's restore request (`etcd-asg restore latest`): never over a serving cluster
 }
+
+# The minors a version move chooses from, oldest first (sim/etcd.py builds each).
+MINORS = ["3.6", "3.7"]
 
 
 @dataclass
@@ -77,6 +82,7 @@ class Op:
     to: int = 0  # scale: the desired capacity
     one_way: bool = False  # partition: one direction only
     mix: list = field(default_factory=list)  # aws: the fault layer's rules
+    minor: str = ""  # version: the minor the template moves to
 
 
 def schedule(seed: int, seconds: float) -> list[Op]:
@@ -96,6 +102,8 @@ def schedule(seed: int, seconds: float) -> list[Op]:
             op.mix = aws_mix(rng)
         elif kind == "zero":
             op.seconds = 0
+        elif kind == "version":
+            op.minor = rng.choice(MINORS)
         out.append(op)
         t += rng.uniform(4, 20)
     return out
@@ -104,13 +112,16 @@ def schedule(seed: int, seconds: float) -> list[Op]:
 def aws_mix(rng: random.Random) -> list[dict]:
     """One window of faults of the kinds AWS has (sim/faults.py; shared/reference/aws-failures.md)."""
     service = rng.choice(["*", "autoscaling", "ec2", "ssm", "s3"])
-    fault = rng.choice(["throttle", "refuse", "lose", "slow"])
+    fault = rng.choice(["throttle", "refuse", "lose", "slow", "hang"])
     rule = {"fault": fault, "service": service, "rate": round(rng.uniform(0.1, 0.5), 2),
             "seconds": round(rng.uniform(10, 40), 1)}
     if fault == "lose":
         rule["writes"] = True
     if fault == "slow":
         rule["delay"] = round(rng.uniform(0.5, 3), 1)
+    if fault == "hang":  # calls never answered: invocations cut at their deadline
+        rule["rate"] = round(rng.uniform(0.05, 0.2), 2)
+        rule["seconds"] = round(rng.uniform(5, 20), 1)
     return [rule]
 
 
@@ -122,6 +133,8 @@ class Run:
         self.heals: list[tuple[float, str, object]] = []  # (due, what, undo)
         self.faulted: dict[str, str] = {}  # instance -> the fault it is under
         self.slept = False  # a scale to zero happened: a restore (the wake) is justified
+        # The newest minor the template ran: the heal keeps it (never a launch etcd refuses).
+        self.newest = etcd.version_of(sim.etcd_bin).rsplit(".", 1)[0]
         self.done: list[str] = []
 
     # --- applying ------------------------------------------------------------------------------
@@ -266,6 +279,23 @@ class Run:
         self.sim.scale(3)
         return "asleep, then woken" if asleep else "not asleep within 240 s (the group still has instances)"
 
+    def op_version(self, op: Op) -> str:
+        """The template's etcd to `op.minor`: forward at any time (an upgrade, instance by
+        instance as the group replaces them), back only while the cluster version allows it (a
+        member older than the cluster version would be refused: that case is an e2e test's,
+        which an operator fixes by hand)."""
+        cluster = self.sim.cluster_version() or ""
+        if MINORS.index(op.minor) < max((MINORS.index(m) for m in MINORS if cluster.startswith(m + ".")),
+                                        default=0):
+            return f"skipped: the cluster version is {cluster}"
+        self.sim.etcd_bin = etcd.binary(op.minor)
+        self.newest = max(self.newest, op.minor, key=MINORS.index)
+        return f"launches run etcd {etcd.version_of(self.sim.etcd_bin)}"
+
+    def op_request(self, op: Op) -> str:
+        r = self.sim.cli("restore", "latest")
+        return f"etcd-asg restore latest: exit {r.returncode}"
+
     # --- running and judging ---------------------------------------------------------------------
 
     def play(self):
@@ -294,6 +324,7 @@ class Run:
 
     def heal_all(self):
         self.heal_due(everything=True)
+        self.sim.etcd_bin = etcd.binary(self.newest)
         self.sim.faults([])
         for zone in sorted(set(self.sim.zone_of().values()) | set(self.sim.zones)):
             self.sim.restore_zone(zone)

@@ -7,8 +7,8 @@ import pytest
 
 from sim import nemesis
 
-# Seeds that ran clean and cover most kinds of operation in 90 s (`python -m sim.nemesis --show`).
-SEEDS = [3, 11]
+# Two seeds whose 90 s schedules together cover every kind of operation (`python -m sim.nemesis --show`).
+SEEDS = [71, 100]
 
 
 @pytest.mark.long(200)
