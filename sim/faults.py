@@ -1,6 +1,6 @@
 """AWS as it really fails, between the function (and the operator CLI) and the emulator.
 
-A WSGI layer that ``sim/moto_lifecycle.py`` puts in front of moto, so every simulation has it and
+A WSGI layer that ``sim/emulator/routes.py`` puts in front of moto, so every simulation has it and
 every test may turn it on while the simulation runs: ``POST /_sim/faults`` with a JSON object
 (``Simulation.faults(...)``), ``GET /_sim/faults`` for what it did (``?clear=1`` drains it).
 Nothing is faulted until a test asks. The facts it follows, with AWS's pages:

@@ -9,7 +9,7 @@ translated template given to moto's CreateStack by URL, with the parameters a de
 
 moto's CloudFormation cannot create every resource type of the template: those are replaced by
 stubs (STUBBED below, one place, with the reason for each) before CreateStack. Everything else is
-created by moto for real (with the additions of sim/moto_lifecycle.py, "CloudFormation");
+created by moto for real (with the additions of sim/emulator/cfn_shims.py);
 tests/e2e/test_deployed_stack.py describes each of them.
 """
 
@@ -34,7 +34,7 @@ REGION = "us-east-1"
 # parsing.py skips such a type with "No Moto CloudFormation support for ...", and a Ref or GetAtt of
 # it then fails the stack), and that nothing in the stack reads: each is replaced by
 # AWS::CloudFormation::WaitConditionHandle, which moto accepts and creates nothing for. The one
-# other type moto lacks, AWS::CloudWatch::Alarm, is created for real by sim/moto_lifecycle.py (the
+# other type moto lacks, AWS::CloudWatch::Alarm, is created for real by sim/emulator/cfn_shims.py (the
 # dashboard names every alarm by its Arn, which a stub has not). tests/e2e/test_deployed_stack.py
 # checks that each type here is still missing from plain moto's models, and every other type of
 # the template is not.
@@ -51,7 +51,7 @@ STUBBED = {
     "AWS::IAM::RolePolicy": "moto has no CloudFormation model for it (it has AWS::IAM::Policy)",
     # The function's async retries and on-failure queue, which the SAM translator makes of
     # EventInvokeConfig. Nothing invokes the function through Lambda here: the simulation's
-    # delivery retries a failed invocation twice itself (sim/world.py Delivery).
+    # delivery retries a failed invocation twice itself (sim/delivery.py Delivery).
     "AWS::Lambda::EventInvokeConfig": "moto has no CloudFormation model for it",
 }
 STUB_TYPE = "AWS::CloudFormation::WaitConditionHandle"

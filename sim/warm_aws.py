@@ -7,7 +7,7 @@ machine's CPU. Here one server imports the CLI and loads the models it will need
 call forks; the child runs the CLI's own `main()` with the caller's arguments, environment,
 working directory and standard streams (passed over the socket), and its exit status goes back.
 The CLI's parsing, requests, output and errors are the real ones; only the interpreter's start is
-shared. `sim/world.py` puts the `aws` client written here first on each instance's PATH.
+shared. `sim/instances.py` puts the `aws` client written here first on each instance's PATH.
 
     python -m sim.warm_aws --socket PATH --bin DIR   # serves until stopped; DIR/aws is the client
 """

@@ -17,7 +17,7 @@ STACK = "etcd-stack"
 # environment Lambda holds for the stack's function (GetFunctionConfiguration).
 OVERRIDES = {
     # moto's instances have private IPs of a VPC that exists nowhere here: each instance's etcd
-    # listens on the loopback address the simulation tags it with (sim/world.py _boot).
+    # listens on the loopback address the simulation tags it with (sim/instances.py _boot).
     "ADDRESS_SOURCE": f"tag:{ADDRESS_TAG}",
     # Lambda sets it from the function's LoggingConfig (LogFormat: JSON), which moto does not keep.
     "AWS_LAMBDA_LOG_FORMAT": "JSON",
@@ -37,7 +37,7 @@ def _aws(moto):
 
 def _sdk_calls(moto) -> set[str]:
     """The actions the Rust SDK (the function, the CLI) called since the last look, as moto counted
-    them (sim/moto_lifecycle.py); S3's are left out (the stubbed RolePolicy has them:
+    them (sim/emulator/routes.py); S3's are left out (the stubbed RolePolicy has them:
     tests/template/test_sdk_operations.py checks them)."""
     with urllib.request.urlopen(f"{moto}/_sim/requests", timeout=5) as r:
         return {action for action in json.loads(r.read()) if action.isalnum() and action not in S3_OPERATIONS}
@@ -127,7 +127,7 @@ def test_the_stack_is_created_and_every_resource_but_the_stubs_exists(moto):
         capture_output=True, text=True, check=True).stdout))
     assert not models & set(deployed.STUBBED), "moto can create these now: take them out of STUBBED"
     types = {r["Type"] for r in translated["Resources"].values()}
-    assert types - models - set(deployed.STUBBED) == {"AWS::CloudWatch::Alarm"}  # sim/moto_lifecycle.py MetricAlarm
+    assert types - models - set(deployed.STUBBED) == {"AWS::CloudWatch::Alarm"}  # sim/emulator/cfn_shims.py MetricAlarm
     # The CAPABILITY_IAM that deploy() passes, like `sam deploy --guided`, is enough: CloudFormation
     # asks CAPABILITY_NAMED_IAM for IAM resources given names of their own (moto asks nothing).
     names = {"RoleName", "InstanceProfileName", "ManagedPolicyName", "GroupName", "UserName"}
