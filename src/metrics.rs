@@ -230,7 +230,7 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ClusterView, Instance, Member, MemberId, MemberStatus, PublishedState};
+    use crate::model::{ClusterView, Instance, Member, MemberId, MemberStatus};
 
     fn voter(n: u64) -> Member {
         Member {
@@ -279,14 +279,8 @@ mod tests {
                 cluster_version: None,
                 peer_connected: Default::default(),
             }),
-            published: PublishedState::default(),
-            backups: vec![],
-            incomplete_backups: vec![],
-            undescribed: Default::default(),
-            zones: vec![],
-            suspended: Default::default(),
-            backups_failing: None,
             now: 1000,
+            ..Observation::for_tests()
         };
         let m = Metrics::observed(&obs, &[]);
         assert_eq!(

@@ -855,6 +855,29 @@ pub struct Observation {
     pub now: Timestamp,
 }
 
+#[cfg(test)]
+impl Observation {
+    /// The tests' observation, for a test to change what it is about
+    /// (`Observation { instances, ..Observation::for_tests() }`): no instance, a desired capacity
+    /// of 0, no member answering ("connection refused"), nothing published, no backup, at second
+    /// 1000.
+    pub fn for_tests() -> Self {
+        Observation {
+            instances: vec![],
+            desired_capacity: 0,
+            undescribed: Default::default(),
+            zones: vec![],
+            suspended: Default::default(),
+            cluster: ClusterState::unreachable("connection refused"),
+            published: PublishedState::default(),
+            backups: vec![],
+            incomplete_backups: vec![],
+            backups_failing: None,
+            now: 1000,
+        }
+    }
+}
+
 impl Observation {
     pub fn instance(&self, id: &str) -> Option<&Instance> {
         self.instances.iter().find(|i| i.id == id)

@@ -556,7 +556,7 @@ curl -s {tls} -H "Authorization: <token>" {first}/v3/kv/range -d '{{"key":"<base
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{LifecycleState, MemberId, MemberStatus, PublishedState};
+    use crate::model::{LifecycleState, MemberId, MemberStatus};
 
     #[test]
     fn a_prefix_grant_is_checked_and_its_range_ends_after_the_prefix() {
@@ -631,14 +631,8 @@ mod tests {
                 cluster_version: None,
                 peer_connected: Default::default(),
             }),
-            published: PublishedState::default(),
-            backups: vec![],
-            incomplete_backups: vec![],
-            undescribed: Default::default(),
-            zones: vec![],
-            suspended: Default::default(),
-            backups_failing: None,
             now: 10,
+            ..Observation::for_tests()
         };
         let rows = rows(&obs, |a| format!("http://{a}:2380"));
         assert_eq!(rows.len(), 2);

@@ -193,7 +193,6 @@ mod tests {
             copied_from: None,
         });
         let mut obs = Observation {
-            instances: vec![],
             desired_capacity: 3,
             cluster: crate::model::ClusterState::unreachable(""),
             published: crate::model::PublishedState {
@@ -209,12 +208,8 @@ mod tests {
                 of("foreign", 29 * day),
                 of("foreign", 29 * day + 60),
             ],
-            incomplete_backups: vec![],
-            undescribed: Default::default(),
-            zones: vec![],
-            suspended: Default::default(),
-            backups_failing: None,
             now,
+            ..Observation::for_tests()
         };
         // A day's policy: one an hour for a day, one a day for two days.
         let short = BackupPolicy {

@@ -65,7 +65,9 @@
 //! - shared by the rule files, importing none: `snapshots.rs` (what a backup is and which member
 //!   to take it from), `context.rs` (what every rule reads), `step.rs` (the steps, the waits and
 //!   their one rendering);
-//! - `tests.rs`: the ranking's tests, across rules.
+//! - `tests.rs`: the table tests' shared world (`given`); the tests themselves sit in `tests/`, a
+//!   file per rule file (`tests/record.rs` for `record.rs`, …), the ranking's in
+//!   `tests/ranking.rs`.
 //!
 //! What etcd's releases allow (an upgrade's floor, which backup a release can restore) is
 //! `crate::versions`' (src/versions.rs).

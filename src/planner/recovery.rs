@@ -388,17 +388,11 @@ mod tests {
     #[test]
     fn manual_recovery_waits_for_a_request_naming_a_backup_we_have() {
         let mut obs = Observation {
-            instances: vec![],
             desired_capacity: 3,
             cluster: crate::model::ClusterState::unreachable(""),
-            published: Default::default(),
             backups: vec![backup(10, 1), backup(20, 2)],
-            incomplete_backups: vec![],
-            undescribed: Default::default(),
-            zones: vec![],
-            suspended: Default::default(),
-            backups_failing: None,
             now: 100,
+            ..Observation::for_tests()
         };
         let manual = BackupPolicy {
             recovery: Recovery::Manual,
