@@ -1,4 +1,4 @@
-package main
+package validate
 
 // A restore's cut (the states a group can start the next cluster in) and the witness of a
 // history porcupine could not linearize.
@@ -10,17 +10,20 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"etcd-asg-lifecycle/tests/history/internal/history"
+	"etcd-asg-lifecycle/tests/history/internal/model"
 )
 
 // cutState: the states a group can start epoch n in, the restored backup's revision R of epoch
 // n-1: each key as the answered writes at or before R left it, or as a write of unknown
 // outcome made it.
-func (c *checker) cutState(epochs []*epoch, n int, g int) []state {
-	r := c.restores[n-1].Revision
+func (c *checker) cutState(epochs []*epoch, n int, g int) []model.State {
+	r := c.Restores[n-1].Revision
 	prev := epochs[n-1]
 	slots := c.slots(g)
-	cands := make([][]kstate, groupSize)
-	last := make([]*effect, groupSize)
+	cands := make([][]model.KeyState, model.GroupSize)
+	last := make([]*effect, model.GroupSize)
 	var effs []effect
 	for _, i := range prev.ops {
 		effs = append(effs, effects(&c.h.Ops[i], i)...)
@@ -32,19 +35,19 @@ func (c *checker) cutState(epochs []*epoch, n int, g int) []state {
 			last[s] = &effs[k]
 		}
 	}
-	for s := 0; s < groupSize; s++ {
+	for s := 0; s < model.GroupSize; s++ {
 		switch {
 		case last[s] == nil:
-			cands[s] = []kstate{{}}
+			cands[s] = []model.KeyState{{}}
 		case last[s].del:
-			cands[s] = []kstate{{}}
+			cands[s] = []model.KeyState{{}}
 		default:
 			o := &c.h.Ops[last[s].op]
 			lease := o.Lease
 			if o.Kind == "txn" {
 				lease = 0
 			}
-			cands[s] = []kstate{{Present: true, Value: last[s].value, Mod: last[s].rev, Exact: true, Lease: lease}}
+			cands[s] = []model.KeyState{{Present: true, Value: last[s].value, Mod: last[s].rev, Exact: true, Lease: lease}}
 		}
 	}
 	// The backup's revision is a lower bound of what its snapshot holds (the status read before
@@ -56,7 +59,7 @@ func (c *checker) cutState(epochs []*epoch, n int, g int) []state {
 			continue
 		}
 		if e.del {
-			cands[s] = append(cands[s], kstate{})
+			cands[s] = append(cands[s], model.KeyState{})
 			continue
 		}
 		o := &c.h.Ops[e.op]
@@ -64,7 +67,7 @@ func (c *checker) cutState(epochs []*epoch, n int, g int) []state {
 		if o.Kind == "txn" {
 			lease = 0
 		}
-		cands[s] = append(cands[s], kstate{Present: true, Value: e.value, Mod: e.rev, Exact: true, Lease: lease})
+		cands[s] = append(cands[s], model.KeyState{Present: true, Value: e.value, Mod: e.rev, Exact: true, Lease: lease})
 	}
 	c.unknownCandidates(cands, slots, prev.end+int64(5*time.Second))
 	return product(cands)
@@ -73,21 +76,21 @@ func (c *checker) cutState(epochs []*epoch, n int, g int) []state {
 // unknownCandidates adds to each key's candidates what the writes of unknown outcome (and
 // revokes, whose effect is not in their answer) called before `until` can have left of it: any
 // of them may be what the backup holds.
-func (c *checker) unknownCandidates(cands [][]kstate, slots map[string]int, until int64) {
+func (c *checker) unknownCandidates(cands [][]model.KeyState, slots map[string]int, until int64) {
 	for i := range c.h.Ops {
 		o := &c.h.Ops[i]
-		if o.Call > until || !(o.Status == "fail" && o.isWrite() || o.Kind == "revoke" && o.Status == "ok") {
+		if o.Call > until || !(o.Status == "fail" && o.IsWrite() || o.Kind == "revoke" && o.Status == "ok") {
 			continue
 		}
 		if o.Kind == "txn" {
 			for _, t := range o.Then {
 				if s, ok := slots[t.Key]; ok && t.Kind == "put" {
-					cands[s] = append(cands[s], kstate{Present: true, Value: t.Value})
+					cands[s] = append(cands[s], model.KeyState{Present: true, Value: t.Value})
 				}
 			}
-			for _, t := range append(append([]TxnOp{}, o.Then...), o.Else...) {
+			for _, t := range append(append([]history.TxnOp{}, o.Then...), o.Else...) {
 				if s, ok := slots[t.Key]; ok && t.Kind == "delete" {
-					cands[s] = append(cands[s], kstate{})
+					cands[s] = append(cands[s], model.KeyState{})
 				}
 			}
 			continue
@@ -97,19 +100,19 @@ func (c *checker) unknownCandidates(cands [][]kstate, slots map[string]int, unti
 			continue
 		}
 		if o.Kind == "put" {
-			cands[s] = append(cands[s], kstate{Present: true, Value: o.Value, Lease: o.Lease})
+			cands[s] = append(cands[s], model.KeyState{Present: true, Value: o.Value, Lease: o.Lease})
 		} else {
-			cands[s] = append(cands[s], kstate{})
+			cands[s] = append(cands[s], model.KeyState{})
 		}
 	}
 }
 
 // product: every state whose keys are each one of their candidates.
-func product(cands [][]kstate) []state {
-	out := []state{{Rev: 0}}
-	for s := 0; s < groupSize; s++ {
-		var next []state
-		seen := map[kstate]bool{}
+func product(cands [][]model.KeyState) []model.State {
+	out := []model.State{{Rev: 0}}
+	for s := 0; s < model.GroupSize; s++ {
+		var next []model.State
+		seen := map[model.KeyState]bool{}
 		for _, k := range cands[s] {
 			if seen[k] {
 				continue
@@ -126,7 +129,7 @@ func product(cands [][]kstate) []state {
 }
 
 // witness: the operation that could not be placed, and what the store could be just before it.
-func (c *checker) witness(model porcupine.Model, info porcupine.LinearizationInfo, ops []porcupine.Operation, init []state) string {
+func (c *checker) witness(pm porcupine.Model, info porcupine.LinearizationInfo, ops []porcupine.Operation, init []model.State) string {
 	partials := info.PartialLinearizationsOperations()
 	if len(partials) == 0 || len(partials[0]) == 0 {
 		return "no operation could be placed"
@@ -137,22 +140,22 @@ func (c *checker) witness(model porcupine.Model, info porcupine.LinearizationInf
 			longest = p
 		}
 	}
-	placed := map[*mop]bool{}
-	states := []state{}
+	placed := map[*model.Input]bool{}
+	states := []model.State{}
 	states = append(states, init...)
 	for _, op := range longest {
-		m := op.Input.(*mop)
+		m := op.Input.(*model.Input)
 		placed[m] = true
-		var next []state
+		var next []model.State
 		for _, s := range states {
-			next = append(next, step(s, m)...)
+			next = append(next, model.Step(s, m)...)
 		}
 		states = next
 	}
 	var culprit *porcupine.Operation
 	for k := range ops {
-		m := ops[k].Input.(*mop)
-		if placed[m] || m.unknown && m.seenRev == 0 { // one a watch showed applied must be placed too
+		m := ops[k].Input.(*model.Input)
+		if placed[m] || m.Unknown && m.SeenRev == 0 { // one a watch showed applied must be placed too
 			continue
 		}
 		if culprit == nil || ops[k].Return < culprit.Return {
@@ -162,19 +165,19 @@ func (c *checker) witness(model porcupine.Model, info porcupine.LinearizationInf
 	if culprit == nil {
 		return "every answered operation placed, yet no order fits"
 	}
-	m := culprit.Input.(*mop)
+	m := culprit.Input.(*model.Input)
 	var could []string
 	for k, s := range states {
 		if k == 3 {
 			could = append(could, "…")
 			break
 		}
-		could = append(could, s.describe(func(i int) string {
-			if i+m.group*groupSize < c.h.Meta.Keys {
-				return c.keyName(m.group*groupSize + i)
+		could = append(could, s.Describe(func(i int) string {
+			if i+m.Group*model.GroupSize < c.h.Meta.Keys {
+				return c.keyName(m.Group*model.GroupSize + i)
 			}
 			return ""
 		}))
 	}
-	return fmt.Sprintf("%s; the store before it could only be: %s", describeOp(m.op), strings.Join(could, " | "))
+	return fmt.Sprintf("%s; the store before it could only be: %s", history.Describe(m.Op), strings.Join(could, " | "))
 }

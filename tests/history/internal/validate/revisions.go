@@ -1,4 +1,10 @@
-package main
+package validate
+
+import (
+	"fmt"
+
+	"etcd-asg-lifecycle/tests/history/internal/history"
+)
 
 // One revision, one write: etcd gives each write that changes the store a revision of its own,
 // whatever keys it touches. porcupine checks each key group on its own and cannot see two groups'
@@ -28,7 +34,7 @@ func (c *checker) oneWritePerRevision(epochs []*epoch) {
 			if c.on(ruleOneWrite) && !reported {
 				reported = true
 				c.violation("two writes at revision %d of cluster %x: %s, and %s", rev, e.cluster,
-					describeOp(&c.h.Ops[j]), describeOp(&c.h.Ops[i]))
+					history.Describe(&c.h.Ops[j]), history.Describe(&c.h.Ops[i]))
 			}
 		}
 	}
@@ -51,7 +57,7 @@ func (c *checker) claim(cluster uint64, rev int64, i int) string {
 	case !taken:
 		c.claims[cluster][rev] = i
 	case j != i && c.on(ruleOneWrite):
-		return "two writes at revision " + itoa(rev) + ": " + describeOp(&c.h.Ops[j]) + ", and " + describeOp(&c.h.Ops[i])
+		return "two writes at revision " + itoa(rev) + ": " + history.Describe(&c.h.Ops[j]) + ", and " + history.Describe(&c.h.Ops[i])
 	}
 	return ""
 }
@@ -65,3 +71,5 @@ func (c *checker) effectDeletes(i int, key string) bool {
 	}
 	return false
 }
+
+func itoa(n int64) string { return fmt.Sprintf("%d", n) }

@@ -1,4 +1,4 @@
-package main
+package validate
 
 // The watch guarantees, as etcd defines them
 // (https://etcd.io/docs/v3.6/learning/api_guarantees/#watch-apis) and its robustness tests check
@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"etcd-asg-lifecycle/tests/history/internal/history"
 )
 
 type evKey struct {
@@ -26,17 +28,17 @@ type watchCheck struct {
 
 // wsession is one watch session's responses and what it has delivered so far.
 type wsession struct {
-	s         Session
-	resps     []WatchResp
+	s         history.Session
+	resps     []history.WatchResp
 	name      string
-	delivered map[evKey]int   // response index
-	revResp   map[int64]int   // the response each revision came in
-	last      int64           // last event revision
-	covered   int64           // every revision up to this was delivered (events or progress)
-	notified  int64           // the last progress notification's revision
-	cluster   uint64          // the cluster that answers it
-	present   map[string]int8 // what its events left of each key: 1 present, -1 absent, 0 not known
-	prev      map[string]KV   // each key's last PUT event
+	delivered map[evKey]int         // response index
+	revResp   map[int64]int         // the response each revision came in
+	last      int64                 // last event revision
+	covered   int64                 // every revision up to this was delivered (events or progress)
+	notified  int64                 // the last progress notification's revision
+	cluster   uint64                // the cluster that answers it
+	present   map[string]int8       // what its events left of each key: 1 present, -1 absent, 0 not known
+	prev      map[string]history.KV // each key's last PUT event
 	// deferred: the first event that does not follow from the session's own earlier events (a
 	// version that skips, a delete of a key already deleted), reported once the session is
 	// otherwise sound: an event missed or out of order is the better witness of the same fault.
@@ -57,7 +59,7 @@ func (c *checker) watches(epochs []*epoch) {
 	}
 	for i := range c.h.Ops {
 		for k := range c.keyIdx {
-			if c.h.Ops[i].deletes(k) {
+			if c.h.Ops[i].Deletes(k) {
 				w.deleters[k] = append(w.deleters[k], i)
 			}
 		}
@@ -90,7 +92,7 @@ func (c *checker) sessionsOf() ([]*wsession, bool) {
 	byKey := map[[2]int]*wsession{}
 	var out []*wsession
 	for _, s := range c.h.Sessions {
-		ws := &wsession{s: s, delivered: map[evKey]int{}, revResp: map[int64]int{}, present: map[string]int8{}, prev: map[string]KV{},
+		ws := &wsession{s: s, delivered: map[evKey]int{}, revResp: map[int64]int{}, present: map[string]int8{}, prev: map[string]history.KV{},
 			name: fmt.Sprintf("watch %d session %d (from revision %d)", s.Watcher, s.Session, s.From)}
 		if s.Why == "start" {
 			// The first sessions start from the recording's first revision, the prefix empty (the
@@ -135,7 +137,7 @@ func (c *checker) session(w *watchCheck, s *wsession) bool {
 		}
 		if c.on(ruleWatchCluster) && r.Header.Cluster != 0 && !c.clusters[r.Header.Cluster] {
 			c.violation("split brain: %s answered by cluster %x at %s, which answered no operation (clusters %s)",
-				s.name, r.Header.Cluster, secs(r.Time), strings.Join(c.sum.Clusters, ", "))
+				s.name, r.Header.Cluster, history.Secs(r.Time), strings.Join(c.sum.Clusters, ", "))
 			return false
 		}
 		if r.Progress {
@@ -160,17 +162,17 @@ func (c *checker) session(w *watchCheck, s *wsession) bool {
 }
 
 // progress: a progress notification says every event up to its revision was delivered.
-func (c *checker) progress(w *watchCheck, s *wsession, r *WatchResp) bool {
+func (c *checker) progress(w *watchCheck, s *wsession, r *history.WatchResp) bool {
 	c.sum.WatchProgress++
 	rev := r.Header.Revision
 	if c.on(ruleProgress) && rev < s.notified {
 		c.violation("%s: progress notification at revision %d (at %s) after one at revision %d: it went back",
-			s.name, rev, secs(r.Time), s.notified)
+			s.name, rev, history.Secs(r.Time), s.notified)
 		return false
 	}
 	if c.on(ruleProgress) && rev < s.last {
 		c.violation("%s: progress notification at revision %d (at %s) below the event at revision %d already delivered",
-			s.name, rev, secs(r.Time), s.last)
+			s.name, rev, history.Secs(r.Time), s.last)
 		return false
 	}
 	// Bookmarkable: everything at or before the notified revision was delivered.
@@ -178,7 +180,7 @@ func (c *checker) progress(w *watchCheck, s *wsession, r *WatchResp) bool {
 		if ek.rev >= s.s.From && ek.rev <= rev {
 			if _, ok := s.delivered[ek]; !ok {
 				c.violation("%s: progress notification at revision %d (at %s) before the event of %s at revision %d was delivered",
-					s.name, rev, secs(r.Time), describeEffect(x), ek.rev)
+					s.name, rev, history.Secs(r.Time), describeEffect(x), ek.rev)
 				return false
 			}
 		}
@@ -194,7 +196,7 @@ func (c *checker) progress(w *watchCheck, s *wsession, r *WatchResp) bool {
 
 // event checks one event: ordered, unique, atomic, after the last notification, and of a write
 // that can have made it.
-func (c *checker) event(w *watchCheck, s *wsession, r *WatchResp, n int, e Event) bool {
+func (c *checker) event(w *watchCheck, s *wsession, r *history.WatchResp, n int, e history.Event) bool {
 	c.sum.WatchEvents++
 	ek := evKey{e.KV.Mod, e.KV.Key}
 	var why string
@@ -203,12 +205,12 @@ func (c *checker) event(w *watchCheck, s *wsession, r *WatchResp, n int, e Event
 	case e.KV.Mod < s.s.From:
 		why = fmt.Sprintf("event %s at revision %d, before the revision it was asked from", evText(e), e.KV.Mod)
 	case e.KV.Mod < s.last:
-		why = fmt.Sprintf("event %s at revision %d delivered after one at revision %d (out of order, at %s)", evText(e), e.KV.Mod, s.last, secs(r.Time))
+		why = fmt.Sprintf("event %s at revision %d delivered after one at revision %d (out of order, at %s)", evText(e), e.KV.Mod, s.last, history.Secs(r.Time))
 	case e.KV.Mod <= s.notified && !dup:
 		// Bookmarkable, the other way: nothing at or before a notified revision comes later.
 		why = fmt.Sprintf("event %s at revision %d delivered after a progress notification at revision %d", evText(e), e.KV.Mod, s.notified)
 	case dup:
-		why = fmt.Sprintf("event %s at revision %d delivered twice (responses %d and %d, at %s)", evText(e), e.KV.Mod, prev, n, secs(r.Time))
+		why = fmt.Sprintf("event %s at revision %d delivered twice (responses %d and %d, at %s)", evText(e), e.KV.Mod, prev, n, history.Secs(r.Time))
 	case s.revResp[e.KV.Mod] != 0 && s.revResp[e.KV.Mod] != n+1:
 		why = fmt.Sprintf("the events of revision %d split across responses %d and %d", e.KV.Mod, s.revResp[e.KV.Mod]-1, n)
 	}
@@ -231,10 +233,10 @@ func (c *checker) event(w *watchCheck, s *wsession, r *WatchResp, n int, e Event
 
 // putCause: a PUT event is of a value some client wrote to that key, at the revision its write
 // was acknowledged at (if it was), where no other write was; with a version that follows.
-func (c *checker) putCause(w *watchCheck, s *wsession, r *WatchResp, e Event) string {
+func (c *checker) putCause(w *watchCheck, s *wsession, r *history.WatchResp, e history.Event) string {
 	kv := e.KV
 	i, ok := c.writer[kv.Value]
-	if !ok || !contains(c.h.Ops[i].keysWritten(), kv.Key) {
+	if !ok || !contains(c.h.Ops[i].KeysWritten(), kv.Key) {
 		return fmt.Sprintf("event puts %s=%s at revision %d, a value no client wrote there", kv.Key, kv.Value, kv.Mod)
 	}
 	o := &c.h.Ops[i]
@@ -251,7 +253,7 @@ func (c *checker) putCause(w *watchCheck, s *wsession, r *WatchResp, e Event) st
 		}
 		if o.Kind == "txn" && o.Status == "ok" && !o.OK {
 			return fmt.Sprintf("event puts %s=%s at revision %d, of a transaction acknowledged as taking its Else branch: %s",
-				kv.Key, kv.Value, kv.Mod, describeOp(o))
+				kv.Key, kv.Value, kv.Mod, history.Describe(o))
 		}
 	}
 	if why := c.claim(s.cluster, kv.Mod, i); why != "" {
@@ -271,7 +273,7 @@ func (s *wsession) note(why string) {
 
 // eventVersion: a PUT event's version and create revision, against what the session's own
 // events left of the key.
-func (c *checker) eventVersion(s *wsession, e Event) {
+func (c *checker) eventVersion(s *wsession, e history.Event) {
 	kv := e.KV
 	if !c.on(ruleVersions) {
 		return
@@ -291,7 +293,7 @@ func (c *checker) eventVersion(s *wsession, e Event) {
 // deleteCause: a DELETE event is of a key that was there, by a write that deletes it at that
 // revision: the acknowledged write of that revision, or (none acknowledged there) a delete,
 // revoke or transaction of unknown outcome called before, or a revoke acknowledged at it.
-func (c *checker) deleteCause(w *watchCheck, s *wsession, r *WatchResp, e Event) string {
+func (c *checker) deleteCause(w *watchCheck, s *wsession, r *history.WatchResp, e history.Event) string {
 	key, rev := e.KV.Key, e.KV.Mod
 	was := s.present[key]
 	s.present[key] = -1
@@ -305,7 +307,7 @@ func (c *checker) deleteCause(w *watchCheck, s *wsession, r *WatchResp, e Event)
 	if j, ok := c.claimOf(s.cluster, rev); ok {
 		if !c.effectDeletes(j, key) {
 			return fmt.Sprintf("event deletes %s at revision %d, but revision %d is the write %s, which did not delete it",
-				key, rev, rev, describeOp(&c.h.Ops[j]))
+				key, rev, rev, history.Describe(&c.h.Ops[j]))
 		}
 		return ""
 	}
@@ -322,7 +324,7 @@ func (c *checker) deleteCause(w *watchCheck, s *wsession, r *WatchResp, e Event)
 }
 
 // agree: two watches that deliver a revision deliver the same events for it.
-func (c *checker) agree(w *watchCheck, s *wsession, r *WatchResp) bool {
+func (c *checker) agree(w *watchCheck, s *wsession, r *history.WatchResp) bool {
 	if !c.on(ruleWatchesAgree) || len(r.Events) == 0 {
 		return true
 	}
@@ -373,7 +375,7 @@ func describeEffect(x effect) string {
 	return fmt.Sprintf("%s=%s", x.key, x.value)
 }
 
-func evText(e Event) string {
+func evText(e history.Event) string {
 	if e.Type == "PUT" {
 		return fmt.Sprintf("PUT %s=%s", e.KV.Key, e.KV.Value)
 	}

@@ -1,65 +1,20 @@
 package main
 
-// Writes of unknown outcome, and histories the checker must refuse to judge.
+// The command: input it must refuse, its exit codes, its flags.
 
 import (
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/server/v3/storage/wal"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+
+	"etcd-asg-lifecycle/tests/history/internal/history"
 )
-
-// elseApplied: a multi-key transaction whose answer was lost took its Else branch (k0's mod
-// revision was not the one it compared with) and deleted k1; a watch that kept up for more than
-// 10 s after it delivered the delete, never the Then branch's values. Valid: the Then branch is
-// ruled out, not the transaction.
-func elseApplied() *fx {
-	f := newFx()
-	f.session(0, 1, 2)
-	f.put(k0, "a", 2)
-	f.put(k1, "b", 3)
-	f.failed(Op{Kind: "txn", Compare: k0, Expect: 99,
-		Then: []TxnOp{{Kind: "put", Key: k0, Value: "x"}, {Kind: "put", Key: k1, Value: "y"}},
-		Else: []TxnOp{{Kind: "get", Key: k0}, {Kind: "delete", Key: k1}}})
-	f.get(k1, 4)
-	f.get(k0, 4, kv(k0, "a", 2, 2, 1))
-	f.events(0, 1, cl, putEv(kv(k0, "a", 2, 2, 1)))
-	f.events(0, 1, cl, putEv(kv(k1, "b", 3, 3, 1)))
-	f.events(0, 1, cl, delEv(k1, 4))
-	f.progress(0, 1, cl, 4, 11*time.Second)
-	return f
-}
-
-func TestTransactionOfUnknownOutcomeThatTookItsElseBranch(t *testing.T) {
-	s := run(t, &elseApplied().h)
-	if s.Result != "ok" || s.Unresolved != 1 {
-		t.Fatalf("want ok with the transaction left maybe applied: %s %v (unresolved %d)", s.Result, s.Violations, s.Unresolved)
-	}
-}
-
-// Its Then branch is still ruled out: a read of what Then would have written is not linearizable.
-func TestTransactionOfUnknownOutcomeThenBranchRuledOut(t *testing.T) {
-	f := elseApplied()
-	f.h.Ops[3].KVs = nil
-	f.h.Ops[4].KVs = []KV{kv(k0, "x", 4, 2, 2)}
-	rejected(t, &f.h, "read /h/k00=x (mod 4)") // x was never delivered: the watch says it is not there
-}
-
-// A write of unknown outcome whose value nobody saw, covered by a watch: not applied. A read of
-// the key as if it had been is not linearizable.
-func TestWriteOfUnknownOutcomeNeverSeenIsNotApplied(t *testing.T) {
-	f := newFx()
-	f.session(0, 1, 2)
-	f.put(k0, "a", 2)
-	f.failed(Op{Kind: "delete", Key: k0})
-	f.get(k0, 2, kv(k0, "a", 2, 2, 1))
-	f.events(0, 1, cl, putEv(kv(k0, "a", 2, 2, 1)))
-	f.progress(0, 1, cl, 2, 11*time.Second)
-	accepted(t, &f.h)
-	f.h.Ops[2].KVs = nil // the delete applied after all: then the watch must have shown it
-	rejected(t, &f.h, "not linearizable")
-}
 
 func writeLines(t *testing.T, lines ...string) string {
 	t.Helper()
@@ -99,7 +54,7 @@ func TestMalformedHistoriesAreRefused(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeLines(t, metaLine, ok, tc.line)
-			_, err := readHistory(path)
+			_, err := history.Read(path)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("want an error with %q, got %v", tc.want, err)
 			}
@@ -110,25 +65,59 @@ func TestMalformedHistoriesAreRefused(t *testing.T) {
 	}
 }
 
-// The command on a valid file: exit 0; on a violation: 1.
+// The command on a valid file: exit 0; on a violation: 1. The files are internal/validate's
+// fixtures (its base history, and the base with a stale read), written by its
+// TestCommandFixtures.
 func TestCommandExitCodes(t *testing.T) {
-	dir := t.TempDir()
 	for name, want := range map[string]int{"valid": 0, "violation": 1} {
-		f := base()
-		if name == "violation" {
-			f.get(k0, 5, kv(k0, "a", 2, 2, 1))
+		if code := check([]string{"-history", filepath.Join("testdata", name+".jsonl"),
+			"-html", filepath.Join(t.TempDir(), "h.html")}); code != want {
+			t.Fatalf("%s: exit %d, want %d", name, code, want)
 		}
-		path := filepath.Join(dir, name+".jsonl")
-		out, err := os.Create(path)
+	}
+}
+
+// writeWAL writes a member's data directory whose log holds these puts (key, value, key, value,
+// …) from index 2, all committed, as internal/validate's tests write one: its path.
+func writeWAL(t *testing.T, kvs ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	md, err := (&pb.Metadata{NodeID: 1, ClusterID: 0xc1}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := wal.Create(zap.NewNop(), filepath.Join(dir, "member", "wal"), md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents := []raftpb.Entry{{Index: 1, Term: 1, Type: raftpb.EntryNormal}} // a new leader's empty entry
+	for i := 0; i+1 < len(kvs); i += 2 {
+		data, err := (&pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte(kvs[i]), Value: []byte(kvs[i+1])}}).Marshal()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := writeHistory(out, &f.h); err != nil {
-			t.Fatal(err)
-		}
-		out.Close()
-		if code := check([]string{"-history", path}); code != want {
-			t.Fatalf("%s: exit %d, want %d", name, code, want)
-		}
+		ents = append(ents, raftpb.Entry{Index: uint64(len(ents) + 1), Term: 1, Type: raftpb.EntryNormal, Data: data})
+	}
+	if err := w.Save(raftpb.HardState{Term: 1, Vote: 1, Commit: uint64(len(ents))}, ents); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// The command takes the data directories (comma-separated): k0=x's lost answer is settled as
+// applied, k1=y's as not, and the history passes.
+func TestCommandWALFlag(t *testing.T) {
+	dir := writeWAL(t, "/h/k00", "a", "/h/k00", "x", "/h/k01", "b")
+	missing := filepath.Join(t.TempDir(), "missing")
+	if code := check([]string{"-history", filepath.Join("testdata", "unknown-writes.jsonl"),
+		"-html", filepath.Join(t.TempDir(), "h.html"), "-wal", dir + "," + missing}); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if code := check([]string{"-history", filepath.Join("testdata", "unknown-writes.jsonl"),
+		"-html", filepath.Join(t.TempDir(), "h.html"), "-wal", dir}); code != 0 {
+		t.Fatalf("exit %d", code)
 	}
 }

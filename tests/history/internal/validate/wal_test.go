@@ -1,10 +1,9 @@
-package main
+package validate
 
 // Writes of unknown outcome settled by a member's log: a small WAL written by etcd's own wal
 // package, as a member writes it.
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,6 +12,8 @@ import (
 	"go.etcd.io/etcd/server/v3/storage/wal"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
+
+	"etcd-asg-lifecycle/tests/history/internal/history"
 )
 
 // writeWAL writes a member's data directory whose log holds these requests from index 1, all
@@ -54,17 +55,17 @@ func putReq(key, value string) *pb.InternalRaftRequest {
 func unknownWrites() *fx {
 	f := newFx()
 	f.put(k0, "a", 2)
-	f.failed(Op{Kind: "put", Key: k0, Value: "x"})
+	f.failed(history.Op{Kind: "put", Key: k0, Value: "x"})
 	f.put(k1, "b", 4)
-	f.failed(Op{Kind: "put", Key: k1, Value: "y"})
+	f.failed(history.Op{Kind: "put", Key: k1, Value: "y"})
 	f.get(k0, 4, kv(k0, "x", 3, 2, 2))
 	f.get(k1, 4, kv(k1, "b", 4, 4, 1))
 	return f
 }
 
-func runWAL(t *testing.T, h *History, dirs ...string) Summary {
+func runWAL(t *testing.T, h *history.History, dirs ...string) Summary {
 	t.Helper()
-	c := &checker{h: h, options: options{timeout: 5 * time.Second, html: filepath.Join(t.TempDir(), "h.html"), walDirs: dirs}}
+	c := &checker{h: h, Options: Options{Timeout: 5 * time.Second, HTML: filepath.Join(t.TempDir(), "h.html"), WALDirs: dirs}}
 	c.run()
 	return c.sum
 }
@@ -95,22 +96,9 @@ func TestWALSettlesWritesOfUnknownOutcome(t *testing.T) {
 	}
 }
 
-// The command takes the data directories; a directory it cannot read settles nothing as not
-// applied.
-func TestCommandWALFlag(t *testing.T) {
+// A directory the checker cannot read settles nothing as not applied.
+func TestUnreadableWALDirectory(t *testing.T) {
 	dir := writeWAL(t, putReq(k0, "a"), putReq(k0, "x"), putReq(k1, "b"))
-	path := filepath.Join(t.TempDir(), "h.jsonl")
-	out, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := writeHistory(out, &unknownWrites().h); err != nil {
-		t.Fatal(err)
-	}
-	out.Close()
-	if code := check([]string{"-history", path, "-wal", dir}); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
 	s := runWAL(t, &unknownWrites().h, dir, filepath.Join(t.TempDir(), "missing"))
 	if s.Result != "ok" || s.WAL.Read != 1 || s.WAL.NotApplied != 0 || s.Unresolved != 1 {
 		t.Fatalf("one directory unreadable: want k0=x applied, k1=y left maybe: %s %v (unresolved %d, wal %+v)", s.Result, s.Violations, s.Unresolved, s.WAL)

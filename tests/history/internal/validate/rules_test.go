@@ -1,4 +1,4 @@
-package main
+package validate
 
 // Each rule: a history only it rejects is rejected with its witness, and accepted with that
 // rule off (so the rule, not another, is what catches it). The valid histories pass.
@@ -6,6 +6,8 @@ package main
 import (
 	"testing"
 	"time"
+
+	"etcd-asg-lifecycle/tests/history/internal/history"
 )
 
 func TestValidHistoriesPass(t *testing.T) {
@@ -24,7 +26,7 @@ var ruleCases = []ruleCase{
 	// 1. Watch DELETE events nobody caused.
 	{"a delete of an absent key", ruleWatchCause, "a key already absent", func() *fx {
 		f := base()
-		f.failed(Op{Kind: "delete", Key: k1}) // something that could delete k1, had it been there
+		f.failed(history.Op{Kind: "delete", Key: k1}) // something that could delete k1, had it been there
 		for w := 0; w < 2; w++ {
 			f.events(w, 1, cl, delEv(k1, 6))
 		}
@@ -33,7 +35,7 @@ var ruleCases = []ruleCase{
 	{"an acknowledged put delivered as a delete", ruleWatchCause, "which did not delete it", func() *fx {
 		f := base()
 		f.put(k2, "d", 6)
-		f.failed(Op{Kind: "delete", Key: k2})
+		f.failed(history.Op{Kind: "delete", Key: k2})
 		for w := 0; w < 2; w++ {
 			f.events(w, 1, cl, delEv(k2, 6))
 		}
@@ -60,7 +62,7 @@ var ruleCases = []ruleCase{
 	{"a write of unknown outcome shown at an acknowledged write's revision", ruleOneWrite, "two writes at revision 2", func() *fx {
 		f := newFx()
 		f.put(k0, "a", 2)
-		f.failed(Op{Kind: "put", Key: k2, Value: "y"})
+		f.failed(history.Op{Kind: "put", Key: k2, Value: "y"})
 		f.session(0, 1, 2)
 		f.events(0, 1, cl, putEv(kv(k0, "a", 2, 2, 1)), putEv(kv(k2, "y", 2, 2, 1)))
 		return f
@@ -122,7 +124,7 @@ var ruleCases = []ruleCase{
 	{"a range that returned a key outside it", ruleReadBounds, "outside [/h/k00, /h/k02)", func() *fx {
 		f := base()
 		f.put(k2, "e", 6)
-		f.op(Op{Kind: "range", Key: k0, End: k2, KVs: []KV{kv(k0, "c", 4, 2, 2), kv(k2, "e", 6, 6, 1)}}, 6)
+		f.op(history.Op{Kind: "range", Key: k0, End: k2, KVs: []history.KV{kv(k0, "c", 4, 2, 2), kv(k2, "e", 6, 6, 1)}}, 6)
 		return f
 	}},
 	{"a progress notification that went back", ruleProgress, "it went back", func() *fx {
@@ -196,7 +198,7 @@ func TestStandingRules(t *testing.T) {
 		}},
 		{"a second cluster with no restore", "split brain", func() *fx {
 			f := base()
-			f.op(Op{Kind: "get", Key: k0, KVs: []KV{kv(k0, "c", 4, 2, 2)}, Header: &Header{Cluster: 0xbad, Revision: 5}}, 0)
+			f.op(history.Op{Kind: "get", Key: k0, KVs: []history.KV{kv(k0, "c", 4, 2, 2)}, Header: &history.Header{Cluster: 0xbad, Revision: 5}}, 0)
 			return f
 		}},
 		{"a revision that went back", "revision went back", func() *fx {

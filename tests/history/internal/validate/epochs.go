@@ -1,4 +1,4 @@
-package main
+package validate
 
 // Clusters and revisions: the epochs of each cluster id, the declared restores' cost, revisions
 // that never go back, and serializable reads counted when stale.
@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"etcd-asg-lifecycle/tests/history/internal/history"
+	"etcd-asg-lifecycle/tests/history/internal/model"
 )
 
 // epochs splits the answered operations by the cluster that answered them, in order.
@@ -64,18 +67,18 @@ func (c *checker) epochs() []*epoch {
 		for _, i := range out[n].ops {
 			if o := &c.h.Ops[i]; firstNext >= 0 && o.Call > firstNext {
 				c.violation("split brain: cluster %x answered %s after cluster %x had answered at %s",
-					out[n].cluster, describeOp(o), next.cluster, secs(firstNext))
+					out[n].cluster, history.Describe(o), next.cluster, history.Secs(firstNext))
 				break
 			}
 		}
 	}
-	if len(out) > len(c.restores)+1 {
+	if len(out) > len(c.Restores)+1 {
 		c.violation("split brain: %d cluster ids answered (%s) with %d restores declared: cluster %x appeared at %s with no restore",
-			len(out), strings.Join(c.sum.Clusters, ", "), len(c.restores), out[len(c.restores)+1].cluster, secs(out[len(c.restores)+1].start))
+			len(out), strings.Join(c.sum.Clusters, ", "), len(c.Restores), out[len(c.Restores)+1].cluster, history.Secs(out[len(c.Restores)+1].start))
 	}
-	if len(out) < len(c.restores)+1 {
+	if len(out) < len(c.Restores)+1 {
 		c.violation("%d restores declared but %d cluster ids answered (%s): a restore that left no new cluster",
-			len(c.restores), len(out), strings.Join(c.sum.Clusters, ", "))
+			len(c.Restores), len(out), strings.Join(c.sum.Clusters, ", "))
 	}
 	return out
 }
@@ -91,7 +94,7 @@ type effect struct {
 }
 
 // effects of an answered write (a revoke's are not known from its answer alone).
-func effects(o *Op, i int) []effect {
+func effects(o *history.Op, i int) []effect {
 	if o.Status != "ok" || o.Header == nil {
 		return nil
 	}
@@ -124,7 +127,7 @@ func effects(o *Op, i int) []effect {
 
 // cuts: each declared restore's cost (acknowledged writes after its revision), counted.
 func (c *checker) cuts(epochs []*epoch) {
-	for n, r := range c.restores {
+	for n, r := range c.Restores {
 		if n+1 >= len(epochs) {
 			break
 		}
@@ -138,7 +141,7 @@ func (c *checker) cuts(epochs []*epoch) {
 				if e.rev > r.Revision && (e.del || !after[e.value]) {
 					rep.Lost++
 					if len(rep.LostExamples) < 3 {
-						rep.LostExamples = append(rep.LostExamples, describeOp(&c.h.Ops[i]))
+						rep.LostExamples = append(rep.LostExamples, history.Describe(&c.h.Ops[i]))
 					}
 					break
 				}
@@ -170,7 +173,7 @@ func (c *checker) revisionsForward(epochs []*epoch) {
 				j++
 			}
 			if best >= 0 && o.Header.Revision < c.h.Ops[best].Header.Revision {
-				c.violation("revision went back: %s, after %s had returned", describeOp(o), describeOp(&c.h.Ops[best]))
+				c.violation("revision went back: %s, after %s had returned", history.Describe(o), history.Describe(&c.h.Ops[best]))
 				return
 			}
 		}
@@ -184,7 +187,7 @@ func (c *checker) staleReads(epochs []*epoch) {
 	for _, e := range epochs {
 		var done []int
 		for _, i := range e.ops {
-			if c.h.Ops[i].isWrite() || c.h.Ops[i].Kind != "sget" {
+			if c.h.Ops[i].IsWrite() || c.h.Ops[i].Kind != "sget" {
 				done = append(done, i)
 			}
 		}
@@ -206,23 +209,23 @@ func (c *checker) staleReads(epochs []*epoch) {
 			if newest >= 0 && o.Header.Revision < c.h.Ops[newest].Header.Revision {
 				c.sum.StaleReads++
 				if c.sum.StaleWitness == "" {
-					c.sum.StaleWitness = fmt.Sprintf("stale read: %s, after %s had returned", describeOp(o), describeOp(&c.h.Ops[newest]))
+					c.sum.StaleWitness = fmt.Sprintf("stale read: %s, after %s had returned", history.Describe(o), history.Describe(&c.h.Ops[newest]))
 				}
 			}
 		}
 	}
-	if c.fresh && c.sum.StaleReads > 0 {
+	if c.Fresh && c.sum.StaleReads > 0 {
 		c.violation("%d serializable reads were stale; the first: %s", c.sum.StaleReads, c.sum.StaleWitness)
 	}
 }
 
 // group is the index of a key's group.
-func (c *checker) group(key string) int { return c.keyIdx[key] / groupSize }
+func (c *checker) group(key string) int { return c.keyIdx[key] / model.GroupSize }
 
 func (c *checker) slots(g int) map[string]int {
 	m := map[string]int{}
-	for s := 0; s < groupSize; s++ {
-		if i := g*groupSize + s; i < c.h.Meta.Keys {
+	for s := 0; s < model.GroupSize; s++ {
+		if i := g*model.GroupSize + s; i < c.h.Meta.Keys {
 			m[c.keyName(i)] = s
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package validate
 
 // Linearizability: every epoch's every key group checked with porcupine; failed writes kept as
 // maybe applied unless the watches and reads settle them.
@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"etcd-asg-lifecycle/tests/history/internal/history"
+	"etcd-asg-lifecycle/tests/history/internal/model"
 )
 
 // evidence is what the watches and reads showed, to settle writes of unknown outcome.
@@ -22,14 +25,14 @@ type evidence struct {
 func (c *checker) linearizable(epochs []*epoch) {
 	started := time.Now()
 	defer func() { c.sum.CheckMillis = time.Since(started).Milliseconds() }()
-	groups := (c.h.Meta.Keys + groupSize - 1) / groupSize
+	groups := (c.h.Meta.Keys + model.GroupSize - 1) / model.GroupSize
 	ev := &evidence{seen: c.seenValues(), watched: c.watchedValues(), coverage: c.watchCoverage()}
 	c.sum.Linearizable = "ok"
 	for n, e := range epochs {
 		perGroup := make([][]porcupine.Operation, groups)
-		add := func(m *mop, call, ret int64) {
-			m.versions, m.leases = c.on(ruleVersions), c.on(ruleLeases)
-			perGroup[m.group] = append(perGroup[m.group], porcupine.Operation{ClientId: m.op.Stream, Input: m, Output: nil, Call: call, Return: ret})
+		add := func(m *model.Input, call, ret int64) {
+			m.Versions, m.Leases = c.on(ruleVersions), c.on(ruleLeases)
+			perGroup[m.Group] = append(perGroup[m.Group], porcupine.Operation{ClientId: m.Op.Stream, Input: m, Output: nil, Call: call, Return: ret})
 		}
 		c.answeredOps(e, groups, add)
 		c.unknownOps(e, n, groups, ev, add)
@@ -42,7 +45,7 @@ func (c *checker) linearizable(epochs []*epoch) {
 }
 
 // answeredOps: an epoch's answered operations as the model's, by group (a range split by group).
-func (c *checker) answeredOps(e *epoch, groups int, add func(m *mop, call, ret int64)) {
+func (c *checker) answeredOps(e *epoch, groups int, add func(m *model.Input, call, ret int64)) {
 	for _, i := range e.ops {
 		o := &c.h.Ops[i]
 		switch o.Kind {
@@ -50,19 +53,19 @@ func (c *checker) answeredOps(e *epoch, groups int, add func(m *mop, call, ret i
 			continue
 		case "range":
 			for g := 0; g < groups; g++ {
-				m := &mop{op: o, id: i, group: g, slot: c.slots(g)}
+				m := &model.Input{Op: o, ID: i, Group: g, Slot: c.slots(g)}
 				covered := false
-				for key, s := range m.slot {
+				for key, s := range m.Slot {
 					if key >= o.Key && key < o.End {
-						m.cover[s], covered = true, true
+						m.Cover[s], covered = true, true
 					}
 				}
 				if !covered {
 					continue
 				}
 				for _, kv := range o.KVs {
-					if _, in := m.slot[kv.Key]; in {
-						m.kvs = append(m.kvs, kv)
+					if _, in := m.Slot[kv.Key]; in {
+						m.KVs = append(m.KVs, kv)
 					}
 				}
 				add(m, o.Call, o.Return)
@@ -73,9 +76,9 @@ func (c *checker) answeredOps(e *epoch, groups int, add func(m *mop, call, ret i
 		if o.Kind == "txn" {
 			key = o.Compare
 		}
-		m := &mop{op: o, id: i, group: c.group(key), slot: c.slots(c.group(key)), kvs: o.KVs}
+		m := &model.Input{Op: o, ID: i, Group: c.group(key), Slot: c.slots(c.group(key)), KVs: o.KVs}
 		if o.Kind == "get" {
-			m.cover[m.slot[key]] = true
+			m.Cover[m.Slot[key]] = true
 		}
 		add(m, o.Call, o.Return)
 	}
@@ -86,7 +89,7 @@ func (c *checker) lastReturns(e *epoch, groups int) []int64 {
 	lastReturn := make([]int64, groups)
 	for _, i := range e.ops {
 		o := &c.h.Ops[i]
-		for _, k := range o.keys() {
+		for _, k := range o.Keys() {
 			if _, ok := c.keyIdx[k]; ok && o.Return > lastReturn[c.group(k)] {
 				lastReturn[c.group(k)] = o.Return
 			}
@@ -108,21 +111,21 @@ func (c *checker) lastReturns(e *epoch, groups int) []int64 {
 // the epoch if called before it ended and, after a restore, no longer before its first answer
 // than a request lives (the deadline, 2 s, with room): a request reaches the one cluster it was
 // sent to, and a cluster not yet there gets none.
-func (c *checker) unknownOps(e *epoch, n, groups int, ev *evidence, add func(m *mop, call, ret int64)) {
+func (c *checker) unknownOps(e *epoch, n, groups int, ev *evidence, add func(m *model.Input, call, ret int64)) {
 	// A write of unknown outcome called after the last answer on its group that nothing ever
 	// showed can have changed nothing anyone saw (an operation still in flight when it was
 	// called could be placed after it).
 	lastReturn := c.lastReturns(e, groups)
 	for i := range c.h.Ops {
 		o := &c.h.Ops[i]
-		if o.Status != "fail" || !o.isWrite() || o.Call > e.end || n > 0 && o.Call < e.start-int64(5*time.Second) {
+		if o.Status != "fail" || !o.IsWrite() || o.Call > e.end || n > 0 && o.Call < e.start-int64(5*time.Second) {
 			continue
 		}
 		key := o.Key
 		if o.Kind == "txn" {
 			key = o.Compare
 		}
-		m := &mop{op: o, id: i, group: c.group(key), slot: c.slots(c.group(key)), unknown: true}
+		m := &model.Input{Op: o, ID: i, Group: c.group(key), Slot: c.slots(c.group(key)), Unknown: true}
 		ret := int64(1) << 62
 		v := valueOf(o)
 		w, watchedHere := ev.watched[v]
@@ -130,7 +133,7 @@ func (c *checker) unknownOps(e *epoch, n, groups int, ev *evidence, add func(m *
 		switch {
 		case v != "" && watchedHere && w.cluster == e.cluster:
 			// Seen applied: a watch delivered its value (values are unique), at that revision.
-			m.seenRev, ret = w.rev, w.time
+			m.SeenRev, ret = w.rev, w.time
 		case v != "" && watchedHere || verdict == walElsewhere:
 			continue // applied by another cluster: a request reaches one
 		case verdict == walNotApplied:
@@ -139,17 +142,17 @@ func (c *checker) unknownOps(e *epoch, n, groups int, ev *evidence, add func(m *
 		case verdict == walApplied:
 			// Persisted committed: applied, before the first acknowledged write persisted after it
 			// returned.
-			m.applied, ret = true, bound
+			m.Applied, ret = true, bound
 			c.sum.WAL.Applied++
-		case (v == "" || !ev.seen[v]) && o.Call > lastReturn[m.group]:
+		case (v == "" || !ev.seen[v]) && o.Call > lastReturn[m.Group]:
 			continue // nothing answered on its keys after it: whatever it did, nobody saw
-		case v != "" && !ev.seen[v] && ev.coverage.covers(e.cluster, o.Call) && !(o.Kind == "txn" && branchWrites(o.Else)):
+		case v != "" && !ev.seen[v] && ev.coverage.covers(e.cluster, o.Call) && !(o.Kind == "txn" && history.BranchWrites(o.Else)):
 			// Never read, never delivered by a watch that kept up for 10 s after it: not applied.
 			continue
 		case v != "" && !ev.seen[v] && ev.coverage.covers(e.cluster, o.Call):
 			// A transaction whose Then branch is settled so (its values never shown), but whose
 			// Else branch writes (a delete, which shows no value): that branch may have applied.
-			m.noThen = true
+			m.NoThen = true
 			c.sum.Unresolved++
 		default:
 			c.sum.Unresolved++
@@ -168,29 +171,29 @@ func (c *checker) checkGroup(epochs []*epoch, n, g int, ops []porcupine.Operatio
 		return true
 	}
 	e := epochs[n]
-	groups := (c.h.Meta.Keys + groupSize - 1) / groupSize
-	init := []state{{}}
-	if n > 0 && n <= len(c.restores) {
+	groups := (c.h.Meta.Keys + model.GroupSize - 1) / model.GroupSize
+	init := []model.State{{}}
+	if n > 0 && n <= len(c.Restores) {
 		init = c.cutState(epochs, n, g)
 	}
-	budget := (c.timeout - time.Since(started)) / time.Duration(groups-g)
+	budget := (c.Timeout - time.Since(started)) / time.Duration(groups-g)
 	if budget < time.Second {
 		budget = time.Second
 	}
-	model := groupModel(init, func(s int) string {
-		if s+g*groupSize < c.h.Meta.Keys {
-			return c.keyName(g*groupSize + s)
+	pm := model.GroupModel(init, func(s int) string {
+		if s+g*model.GroupSize < c.h.Meta.Keys {
+			return c.keyName(g*model.GroupSize + s)
 		}
 		return ""
 	})
-	res, info := porcupine.CheckOperationsVerbose(model, ops, budget)
+	res, info := porcupine.CheckOperationsVerbose(pm, ops, budget)
 	switch res {
 	case porcupine.Illegal:
 		c.sum.Linearizable = "illegal"
 		c.violation("not linearizable (cluster %x, keys %s): %s", e.cluster, strings.Join(keysOf(c.slots(g)), ", "),
-			c.witness(model, info, ops, init))
-		if err := porcupine.VisualizePath(model, info, c.html); err == nil {
-			c.sum.HTML = c.html
+			c.witness(pm, info, ops, init))
+		if err := porcupine.VisualizePath(pm, info, c.HTML); err == nil {
+			c.sum.HTML = c.HTML
 		}
 		return false
 	case porcupine.Unknown:
@@ -208,7 +211,7 @@ func keysOf(m map[string]int) []string {
 	return out
 }
 
-func valueOf(o *Op) string {
+func valueOf(o *history.Op) string {
 	switch o.Kind {
 	case "put":
 		return o.Value

@@ -1,4 +1,4 @@
-package main
+package validate
 
 // Hand-made histories in the recorder's own format, small enough to read: a builder, and the
 // valid history most fixtures start from.
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"etcd-asg-lifecycle/tests/history/internal/history"
 )
 
 const (
@@ -21,12 +23,12 @@ const (
 // fx builds a history: operations one after another (each takes 5 ms, 10 ms apart), watch
 // responses at the time they are added.
 type fx struct {
-	h     History
+	h     history.History
 	clock int64
 }
 
 func newFx() *fx {
-	return &fx{h: History{Meta: Meta{Prefix: "/h/", Keys: 4, Clients: 2}}}
+	return &fx{h: history.History{Meta: history.Meta{Prefix: "/h/", Keys: 4, Clients: 2}}}
 }
 
 func (f *fx) tick(ns int64) int64 {
@@ -36,14 +38,14 @@ func (f *fx) tick(ns int64) int64 {
 
 // op adds an operation; answered (status ok) at revision rev of cluster cl unless it says
 // otherwise. Its index.
-func (f *fx) op(o Op, rev int64) int {
+func (f *fx) op(o history.Op, rev int64) int {
 	o.Call = f.tick(10e6)
 	o.Return = o.Call + 5e6
 	if o.Status == "" {
 		o.Status = "ok"
 	}
 	if o.Status == "ok" && o.Header == nil {
-		o.Header = &Header{Cluster: cl, Member: 1, Revision: rev}
+		o.Header = &history.Header{Cluster: cl, Member: 1, Revision: rev}
 	}
 	o.Stream = len(f.h.Ops) + 1
 	f.h.Ops = append(f.h.Ops, o)
@@ -51,23 +53,23 @@ func (f *fx) op(o Op, rev int64) int {
 }
 
 func (f *fx) put(key, value string, rev int64) int {
-	return f.op(Op{Kind: "put", Key: key, Value: value}, rev)
+	return f.op(history.Op{Kind: "put", Key: key, Value: value}, rev)
 }
 
-func (f *fx) get(key string, rev int64, kvs ...KV) int {
-	return f.op(Op{Kind: "get", Key: key, KVs: kvs}, rev)
+func (f *fx) get(key string, rev int64, kvs ...history.KV) int {
+	return f.op(history.Op{Kind: "get", Key: key, KVs: kvs}, rev)
 }
 
-func (f *fx) sget(key string, rev int64, kvs ...KV) int {
-	return f.op(Op{Kind: "sget", Key: key, KVs: kvs}, rev)
+func (f *fx) sget(key string, rev int64, kvs ...history.KV) int {
+	return f.op(history.Op{Kind: "sget", Key: key, KVs: kvs}, rev)
 }
 
 func (f *fx) del(key string, rev, deleted int64) int {
-	return f.op(Op{Kind: "delete", Key: key, Deleted: deleted}, rev)
+	return f.op(history.Op{Kind: "delete", Key: key, Deleted: deleted}, rev)
 }
 
 // failed adds an operation whose answer was lost (a write of unknown outcome).
-func (f *fx) failed(o Op) int {
+func (f *fx) failed(o history.Op) int {
 	o.Status, o.Error = "fail", "context deadline exceeded"
 	return f.op(o, 0)
 }
@@ -78,34 +80,36 @@ func (f *fx) session(w, s int, from int64) {
 	if s > 1 {
 		why = "compacted"
 	}
-	f.h.Sessions = append(f.h.Sessions, Session{Watcher: w, Session: s, Time: f.tick(1e6), From: from, Why: why})
+	f.h.Sessions = append(f.h.Sessions, history.Session{Watcher: w, Session: s, Time: f.tick(1e6), From: from, Why: why})
 }
 
 // events: a response of watch w's session s with these events, from cluster.
-func (f *fx) events(w, s int, cluster uint64, evs ...Event) {
+func (f *fx) events(w, s int, cluster uint64, evs ...history.Event) {
 	rev := int64(0)
 	if len(evs) > 0 {
 		rev = evs[len(evs)-1].KV.Mod
 	}
-	f.h.Watches = append(f.h.Watches, WatchResp{Watcher: w, Session: s, Time: f.tick(1e6),
-		Header: Header{Cluster: cluster, Member: 1, Revision: rev}, Events: evs})
+	f.h.Watches = append(f.h.Watches, history.WatchResp{Watcher: w, Session: s, Time: f.tick(1e6),
+		Header: history.Header{Cluster: cluster, Member: 1, Revision: rev}, Events: evs})
 }
 
 // progress: a progress notification at rev, after `after` (it says everything up to rev was
 // delivered).
 func (f *fx) progress(w, s int, cluster uint64, rev int64, after time.Duration) {
-	f.h.Watches = append(f.h.Watches, WatchResp{Watcher: w, Session: s, Time: f.tick(int64(after)),
-		Header: Header{Cluster: cluster, Member: 1, Revision: rev}, Progress: true})
+	f.h.Watches = append(f.h.Watches, history.WatchResp{Watcher: w, Session: s, Time: f.tick(int64(after)),
+		Header: history.Header{Cluster: cluster, Member: 1, Revision: rev}, Progress: true})
 }
 
 // kv: a key as read, put at mod, created at create, at version.
-func kv(key, value string, mod, create, version int64) KV {
-	return KV{Key: key, Value: value, Mod: mod, Create: create, Version: version}
+func kv(key, value string, mod, create, version int64) history.KV {
+	return history.KV{Key: key, Value: value, Mod: mod, Create: create, Version: version}
 }
 
-func putEv(k KV) Event { return Event{Type: "PUT", KV: k} }
+func putEv(k history.KV) history.Event { return history.Event{Type: "PUT", KV: k} }
 
-func delEv(key string, rev int64) Event { return Event{Type: "DELETE", KV: KV{Key: key, Mod: rev}} }
+func delEv(key string, rev int64) history.Event {
+	return history.Event{Type: "DELETE", KV: history.KV{Key: key, Mod: rev}}
+}
 
 // base is a valid history: k0 put twice, k1 put and deleted, read every way; two watches from
 // the start that deliver it all, and say so. Revision 1 is the empty store's.
@@ -116,7 +120,7 @@ func base() *fx {
 	f.put(k0, "c", 4)
 	f.get(k0, 4, kv(k0, "c", 4, 2, 2))
 	f.del(k1, 5, 1)
-	f.op(Op{Kind: "range", Key: k0, End: "/h/k99", KVs: []KV{kv(k0, "c", 4, 2, 2)}}, 5)
+	f.op(history.Op{Kind: "range", Key: k0, End: "/h/k99", KVs: []history.KV{kv(k0, "c", 4, 2, 2)}}, 5)
 	f.sget(k0, 5, kv(k0, "c", 4, 2, 2))
 	f.sget(k1, 5)
 	for w := 0; w < 2; w++ {
@@ -133,25 +137,25 @@ func base() *fx {
 }
 
 // run checks a history with some rules off: the summary.
-func run(t *testing.T, h *History, off ...string) Summary {
+func run(t *testing.T, h *history.History, off ...string) Summary {
 	t.Helper()
-	opts := options{timeout: 5 * time.Second, html: filepath.Join(t.TempDir(), "h.html"), off: map[string]bool{}}
+	opts := Options{Timeout: 5 * time.Second, HTML: filepath.Join(t.TempDir(), "h.html"), Off: map[string]bool{}}
 	for _, r := range off {
-		opts.off[r] = true
+		opts.Off[r] = true
 	}
-	c := &checker{h: h, options: opts}
+	c := &checker{h: h, Options: opts}
 	c.run()
 	return c.sum
 }
 
-func accepted(t *testing.T, h *History, off ...string) {
+func accepted(t *testing.T, h *history.History, off ...string) {
 	t.Helper()
 	if s := run(t, h, off...); s.Result != "ok" {
 		t.Fatalf("rejected (rules off: %v): %s %v", off, s.Result, s.Violations)
 	}
 }
 
-func rejected(t *testing.T, h *History, want string) {
+func rejected(t *testing.T, h *history.History, want string) {
 	t.Helper()
 	s := run(t, h)
 	if s.Result != "violation" {

@@ -1,4 +1,6 @@
-package main
+// Package wal reads what the members persisted: their write-ahead logs, merged by cluster, and the
+// client requests in them.
+package wal
 
 // What the members persisted: each member's write-ahead log (data-dir/member/wal), read with
 // etcd's own wal package as etcd's robustness tests read it (tests/robustness/report/wal.go),
@@ -18,15 +20,17 @@ import (
 	"go.etcd.io/etcd/server/v3/storage/wal"
 	"go.etcd.io/etcd/server/v3/storage/wal/walpb"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"etcd-asg-lifecycle/tests/history/internal/history"
 )
 
-// memberWAL is one member's log: its cluster, the highest commit index it persisted, and its
+// Member is one member's log: its cluster, the highest commit index it persisted, and its
 // entries as they stand (an entry rewritten at a lower index replaces the ones after it).
-type memberWAL struct {
+type Member struct {
 	dir     string
 	cluster uint64
 	commit  uint64
-	entries []raftpb.Entry
+	Entries []raftpb.Entry
 }
 
 // walDirOf: a data directory's WAL directory (or dir itself, if it holds .wal files).
@@ -37,10 +41,10 @@ func walDirOf(dir string) string {
 	return filepath.Join(dir, "member", "wal")
 }
 
-// readMemberWAL decodes every record of a member's WAL files, checking their checksums; a torn
+// ReadMember decodes every record of a member's WAL files, checking their checksums; a torn
 // last record (the member stopped while writing it) ends the log there, as wal.Repair would cut
 // it, without writing anything.
-func readMemberWAL(dir string) (*memberWAL, error) {
+func ReadMember(dir string) (*Member, error) {
 	walDir := walDirOf(dir)
 	names, err := fileutil.ReadDir(walDir)
 	if err != nil {
@@ -61,7 +65,7 @@ func readMemberWAL(dir string) (*memberWAL, error) {
 	if len(files) == 0 {
 		return nil, fmt.Errorf("no .wal files in %s", walDir)
 	}
-	m := &memberWAL{dir: dir}
+	m := &Member{dir: dir}
 	dec := wal.NewDecoder(files...)
 	rec := &walpb.Record{}
 	for err = dec.Decode(rec); err == nil; err = dec.Decode(rec) {
@@ -76,18 +80,18 @@ func readMemberWAL(dir string) (*memberWAL, error) {
 }
 
 // record takes one WAL record into the member's log.
-func (m *memberWAL) record(rec *walpb.Record, dec wal.Decoder) error {
+func (m *Member) record(rec *walpb.Record, dec wal.Decoder) error {
 	switch rec.Type {
 	case wal.EntryType:
 		var e raftpb.Entry
 		if err := e.Unmarshal(rec.Data); err != nil {
 			return err
 		}
-		i := len(m.entries)
-		for i > 0 && m.entries[i-1].Index >= e.Index {
+		i := len(m.Entries)
+		for i > 0 && m.Entries[i-1].Index >= e.Index {
 			i--
 		}
-		m.entries = append(m.entries[:i], e)
+		m.Entries = append(m.Entries[:i], e)
 	case wal.StateType:
 		var st raftpb.HardState
 		if err := st.Unmarshal(rec.Data); err != nil {
@@ -109,35 +113,35 @@ func (m *memberWAL) record(rec *walpb.Record, dec wal.Decoder) error {
 	return nil
 }
 
-// clusterLog is one cluster's log, merged from its members': each index's entry, committed
+// ClusterLog is one cluster's log, merged from its members': each index's entry, committed
 // when some member persisted a commit index at or past it (that member's entry is the one).
-type clusterLog struct {
-	cluster   uint64
+type ClusterLog struct {
+	Cluster   uint64
 	entries   map[uint64]raftpb.Entry
 	committed map[uint64]bool
 	first     uint64
 	last      uint64
-	// gapFrom: every index from it to last is known.
-	gapFrom uint64
+	// GapFrom: every index from it to last is known.
+	GapFrom uint64
 	// where each request was persisted, committed (indexes) or not (a count).
-	at      map[string][]uint64
-	pending map[string]int
+	At      map[string][]uint64
+	Pending map[string]int
 }
 
-// mergeWALs merges the members' logs by cluster; an error if two members persisted different
+// Merge merges the members' logs by cluster; an error if two members persisted different
 // committed entries at one index (a violation of raft's safety, as etcd's merge refuses it).
-func mergeWALs(members []*memberWAL) (map[uint64]*clusterLog, error) {
-	out := map[uint64]*clusterLog{}
+func Merge(members []*Member) (map[uint64]*ClusterLog, error) {
+	out := map[uint64]*ClusterLog{}
 	// Members with the highest commit first: their entry stands for the index.
 	sort.SliceStable(members, func(a, b int) bool { return members[a].commit > members[b].commit })
 	for _, m := range members {
 		l := out[m.cluster]
 		if l == nil {
-			l = &clusterLog{cluster: m.cluster, entries: map[uint64]raftpb.Entry{}, committed: map[uint64]bool{},
-				at: map[string][]uint64{}, pending: map[string]int{}}
+			l = &ClusterLog{Cluster: m.cluster, entries: map[uint64]raftpb.Entry{}, committed: map[uint64]bool{},
+				At: map[string][]uint64{}, Pending: map[string]int{}}
 			out[m.cluster] = l
 		}
-		for _, e := range m.entries {
+		for _, e := range m.Entries {
 			old, seen := l.entries[e.Index]
 			committed := e.Index <= m.commit
 			switch {
@@ -157,7 +161,7 @@ func mergeWALs(members []*memberWAL) (map[uint64]*clusterLog, error) {
 }
 
 // index finds the log's bounds and where each client request is.
-func (l *clusterLog) index() {
+func (l *ClusterLog) index() {
 	for i := range l.entries {
 		if l.first == 0 || i < l.first {
 			l.first = i
@@ -166,12 +170,12 @@ func (l *clusterLog) index() {
 			l.last = i
 		}
 	}
-	l.gapFrom = l.last
-	for l.gapFrom > l.first {
-		if _, ok := l.entries[l.gapFrom-1]; !ok {
+	l.GapFrom = l.last
+	for l.GapFrom > l.first {
+		if _, ok := l.entries[l.GapFrom-1]; !ok {
 			break
 		}
-		l.gapFrom--
+		l.GapFrom--
 	}
 	for i, e := range l.entries {
 		if e.Type != raftpb.EntryNormal || len(e.Data) == 0 {
@@ -183,19 +187,19 @@ func (l *clusterLog) index() {
 		}
 		for _, sig := range requestSigs(&req) {
 			if l.committed[i] {
-				l.at[sig] = append(l.at[sig], i)
+				l.At[sig] = append(l.At[sig], i)
 			} else {
-				l.pending[sig]++
+				l.Pending[sig]++
 			}
 		}
 	}
-	for _, idx := range l.at {
+	for _, idx := range l.At {
 		sort.Slice(idx, func(a, b int) bool { return idx[a] < idx[b] })
 	}
 }
 
-// complete: the log holds every index from the cluster's first.
-func (l *clusterLog) complete() bool { return l.first == 1 && l.gapFrom == 1 }
+// Complete: the log holds every index from the cluster's first.
+func (l *ClusterLog) Complete() bool { return l.first == 1 && l.GapFrom == 1 }
 
 // requestSigs: what identifies a request, as the recorder's operations are identified: a put
 // by its key and (unique) value, a delete by its key, a revoke by its lease; a transaction by
@@ -222,8 +226,8 @@ func requestSigs(req *pb.InternalRaftRequest) []string {
 
 func putSig(key, value string) string { return "put|" + key + "|" + value }
 
-// opSig: the signature of a recorder's write, and whether it is unique (a value).
-func opSig(o *Op) (string, bool) {
+// OpSig: the signature of a recorder's write, and whether it is unique (a value).
+func OpSig(o *history.Op) (string, bool) {
 	switch o.Kind {
 	case "put":
 		return putSig(o.Key, o.Value), true

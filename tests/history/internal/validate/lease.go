@@ -1,4 +1,6 @@
-package main
+package validate
+
+import "etcd-asg-lifecycle/tests/history/internal/history"
 
 // What a revoke deleted. A revoke's answer does not say which keys it deleted; etcd's model
 // knows (it deletes every key attached to the lease, all at one new revision), and so can the
@@ -15,10 +17,10 @@ func (c *checker) revokeDeletes(w *watchCheck, sessions []*wsession) {
 	if !c.on(ruleRevokeDeletes) {
 		return
 	}
-	events := map[uint64]map[string][]Event{}
+	events := map[uint64]map[string][]history.Event{}
 	for _, r := range c.h.Watches {
 		if events[r.Header.Cluster] == nil {
-			events[r.Header.Cluster] = map[string][]Event{}
+			events[r.Header.Cluster] = map[string][]history.Event{}
 		}
 		for _, e := range r.Events {
 			events[r.Header.Cluster][e.KV.Key] = append(events[r.Header.Cluster][e.KV.Key], e)
@@ -40,7 +42,7 @@ func (c *checker) revokeDeletes(w *watchCheck, sessions []*wsession) {
 
 // lastLeasePut: the revision of the last put of the revoke's key with its lease acknowledged by
 // its cluster below rev (0: none).
-func (c *checker) lastLeasePut(revoke *Op, rev int64) int64 {
+func (c *checker) lastLeasePut(revoke *history.Op, rev int64) int64 {
 	var p int64
 	for i := range c.h.Ops {
 		o := &c.h.Ops[i]
@@ -63,7 +65,7 @@ func coveredBySome(sessions []*wsession, cluster uint64, p, rev int64) bool {
 }
 
 // touched: an event on key in (p, rev), or a PUT of it at rev, delivered or acknowledged.
-func touched(evs []Event, want map[evKey]effect, key string, p, rev int64) bool {
+func touched(evs []history.Event, want map[evKey]effect, key string, p, rev int64) bool {
 	for _, e := range evs {
 		if e.KV.Mod > p && (e.KV.Mod < rev || e.KV.Mod == rev && e.Type == "PUT") {
 			return true

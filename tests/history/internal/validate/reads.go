@@ -1,4 +1,4 @@
-package main
+package validate
 
 // What reads returned, beyond porcupine's model: only the keys they asked for, and serializable
 // reads checked against the store at their own revision (etcd's robustness tests check them
@@ -9,6 +9,9 @@ package main
 import (
 	"fmt"
 	"sort"
+
+	"etcd-asg-lifecycle/tests/history/internal/history"
+	"etcd-asg-lifecycle/tests/history/internal/model"
 )
 
 // readBounds: a get returns its key or nothing; a range only keys within [Key, End), each once,
@@ -23,13 +26,13 @@ func (c *checker) readBounds() {
 			continue
 		}
 		if why := readOutOfBounds(o); why != "" {
-			c.violation("%s: %s", describeOp(o), why)
+			c.violation("%s: %s", history.Describe(o), why)
 			return
 		}
 	}
 }
 
-func readOutOfBounds(o *Op) string {
+func readOutOfBounds(o *history.Op) string {
 	var asked []string // the keys asked for, in order (nil: a range)
 	switch o.Kind {
 	case "get", "sget":
@@ -114,7 +117,7 @@ func (c *checker) serializableReads() {
 		return
 	}
 	replay := c.replay()
-	delivered := map[string]KV{}
+	delivered := map[string]history.KV{}
 	for _, w := range c.h.Watches {
 		for _, e := range w.Events {
 			if e.Type == "PUT" {
@@ -128,21 +131,21 @@ func (c *checker) serializableReads() {
 			continue
 		}
 		if why := c.serializableRead(o, replay[o.Header.Cluster][o.Key], delivered); why != "" {
-			c.violation("serializable read %s: %s", describeOp(o), why)
+			c.violation("serializable read %s: %s", history.Describe(o), why)
 			return
 		}
 	}
 }
 
-func (c *checker) serializableRead(o *Op, chs []change, delivered map[string]KV) string {
+func (c *checker) serializableRead(o *history.Op, chs []change, delivered map[string]history.KV) string {
 	rev := o.Header.Revision
-	kv := findKV(o.KVs, o.Key)
+	kv := model.FindKV(o.KVs, o.Key)
 	if kv == nil {
 		return c.absentRead(o, chs)
 	}
 	i, ok := c.writer[kv.Value]
 	switch {
-	case !ok || !contains(c.h.Ops[i].keysWritten(), kv.Key):
+	case !ok || !contains(c.h.Ops[i].KeysWritten(), kv.Key):
 		return fmt.Sprintf("%s=%s, a value no client wrote there", kv.Key, kv.Value)
 	case kv.Mod > rev:
 		return fmt.Sprintf("mod revision %d, above the read's own revision %d", kv.Mod, rev)
@@ -165,7 +168,7 @@ func (c *checker) serializableRead(o *Op, chs []change, delivered map[string]KV)
 // absentRead: a serializable read found nothing; the key's last known write at or before the
 // read's revision must be a delete, or a put that a delete of unknown outcome (or a revoke)
 // called before the read returned can have undone.
-func (c *checker) absentRead(o *Op, chs []change) string {
+func (c *checker) absentRead(o *history.Op, chs []change) string {
 	rev := o.Header.Revision
 	var last *change
 	for k := range chs {
@@ -178,7 +181,7 @@ func (c *checker) absentRead(o *Op, chs []change) string {
 	}
 	for i := range c.h.Ops {
 		d := &c.h.Ops[i]
-		if d.deletes(o.Key) && d.Call < o.Return && (d.Status == "fail" || d.Kind == "revoke" && d.Status == "ok") {
+		if d.Deletes(o.Key) && d.Call < o.Return && (d.Status == "fail" || d.Kind == "revoke" && d.Status == "ok") {
 			return ""
 		}
 	}

@@ -1,4 +1,5 @@
-package main
+// Package model is etcd's key-value store as porcupine steps it, one group of keys at a time.
+package model
 
 // A porcupine model of etcd's key-value store, for one group of keys (the recorder's operations
 // each touch one group, so each group is checked on its own, as porcupine's partitions are).
@@ -17,11 +18,13 @@ import (
 	"strings"
 
 	"github.com/anishathalye/porcupine"
+
+	"etcd-asg-lifecycle/tests/history/internal/history"
 )
 
-const groupSize = 2
+const GroupSize = 2
 
-type kstate struct {
+type KeyState struct {
 	Present bool
 	Value   string
 	Mod     int64 // exact if Exact, else a lower bound
@@ -35,8 +38,8 @@ type kstate struct {
 
 // put is a key after a put at revision rev (exact or a lower bound): a new key's version is 1
 // and its create revision the put's; an existing key's version goes up by one.
-func put(k kstate, value string, lease, rev int64, exact bool) kstate {
-	n := kstate{Present: true, Value: value, Mod: rev, Exact: exact, Lease: lease}
+func put(k KeyState, value string, lease, rev int64, exact bool) KeyState {
+	n := KeyState{Present: true, Value: value, Mod: rev, Exact: exact, Lease: lease}
 	switch {
 	case !k.Present:
 		n.Version, n.Create, n.CreateExact = 1, rev, exact
@@ -48,9 +51,9 @@ func put(k kstate, value string, lease, rev int64, exact bool) kstate {
 	return n
 }
 
-type state struct {
+type State struct {
 	Rev int64 // the store's revision is at least this
-	K   [groupSize]kstate
+	K   [GroupSize]KeyState
 	// Revoked: the leases of this group's keys known revoked (sorted, comma-separated, hex), as
 	// etcd's model removes a revoked lease from its state: a put with one of them fails ("requested
 	// lease not found"). Each of the recorder's leases holds one key, so its puts and its revoke
@@ -60,7 +63,7 @@ type state struct {
 }
 
 // isRevoked says whether lease is known revoked in s.
-func (s state) isRevoked(lease int64) bool {
+func (s State) isRevoked(lease int64) bool {
 	if lease == 0 || s.Revoked == "" {
 		return false
 	}
@@ -75,7 +78,7 @@ func (s state) isRevoked(lease int64) bool {
 
 // revoke: s with lease known revoked, and the key attached to it (slot i) deleted; whether a key
 // was deleted (the revoke then has a revision of its own).
-func (s state) revoke(lease int64, i int) (state, bool) {
+func (s State) revoke(lease int64, i int) (State, bool) {
 	if !s.isRevoked(lease) {
 		ids := []string{strconv.FormatInt(lease, 16)}
 		if s.Revoked != "" {
@@ -85,38 +88,38 @@ func (s state) revoke(lease int64, i int) (state, bool) {
 		s.Revoked = strings.Join(ids, ",")
 	}
 	if s.K[i].Present && s.K[i].Lease == lease {
-		s.K[i] = kstate{}
+		s.K[i] = KeyState{}
 		return s, true
 	}
 	return s, false
 }
 
-// mop is one operation as the model sees it: the recorded operation, its group, the keys of
+// Input is one operation as the model sees it: the recorded operation, its group, the keys of
 // that group it covers (a range), and whether its outcome is unknown.
-type mop struct {
-	op      *Op
-	id      int // index in the history's operations
-	group   int
-	slot    map[string]int
-	unknown bool
+type Input struct {
+	Op      *history.Op
+	ID      int // index in the history's operations
+	Group   int
+	Slot    map[string]int
+	Unknown bool
 	// A failed write seen applied (its value in a watch event): its revision.
-	seenRev int64
+	SeenRev int64
 	// For reads split by group: the keys of this group the read covered, and what it returned.
-	cover [groupSize]bool
-	kvs   []KV
-	// noThen: a transaction of unknown outcome whose Then branch is known not applied (its
+	Cover [GroupSize]bool
+	KVs   []history.KV
+	// NoThen: a transaction of unknown outcome whose Then branch is known not applied (its
 	// values never seen where a watch would have shown them); its Else branch may have been.
-	noThen bool
-	// versions: reads are checked for each key's version and create revision too.
-	versions bool
-	// leases: revoked leases are kept, and a put on one rejected (the rule "leases").
-	leases bool
-	// applied: a write of unknown outcome a member's log shows was applied (at a revision not
+	NoThen bool
+	// Versions: reads are checked for each key's version and create revision too.
+	Versions bool
+	// Leases: revoked Leases are kept, and a put on one rejected (the rule "Leases").
+	Leases bool
+	// Applied: a write of unknown outcome a member's log shows was Applied (at a revision not
 	// known).
-	applied bool
+	Applied bool
 }
 
-func (s state) describe(keyName func(int) string) string {
+func (s State) Describe(keyName func(int) string) string {
 	var parts []string
 	for i, k := range s.K {
 		name := keyName(i)
@@ -138,7 +141,7 @@ func (s state) describe(keyName func(int) string) string {
 	return fmt.Sprintf("%s, store revision ≥ %d", strings.Join(parts, ", "), s.Rev)
 }
 
-func hashState(s state) uint64 {
+func hashState(s State) uint64 {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%d|%s", s.Rev, s.Revoked)
 	for _, k := range s.K {
@@ -149,7 +152,7 @@ func hashState(s state) uint64 {
 
 // observe checks what a read returned of one key against the state: the new state and whether
 // it could be.
-func observe(k kstate, got *KV, rev int64, versions bool) (kstate, bool) {
+func observe(k KeyState, got *history.KV, rev int64, versions bool) (KeyState, bool) {
 	if got == nil {
 		return k, !k.Present
 	}
@@ -168,7 +171,7 @@ func observe(k kstate, got *KV, rev int64, versions bool) (kstate, bool) {
 
 // observeVersion: a key's version and create revision as read, against the state's. A version
 // is 1 exactly when the key was created at its mod revision.
-func observeVersion(k kstate, got *KV) (kstate, bool) {
+func observeVersion(k KeyState, got *history.KV) (KeyState, bool) {
 	if got.Version < 1 || got.Create < 1 || got.Create > got.Mod || (got.Version == 1) != (got.Create == got.Mod) {
 		return k, false
 	}
@@ -182,7 +185,7 @@ func observeVersion(k kstate, got *KV) (kstate, bool) {
 	return k, true
 }
 
-func findKV(kvs []KV, key string) *KV {
+func FindKV(kvs []history.KV, key string) *history.KV {
 	for i := range kvs {
 		if kvs[i].Key == key {
 			return &kvs[i]
@@ -194,16 +197,16 @@ func findKV(kvs []KV, key string) *KV {
 // applyTxnBranch runs a branch's operations on the state at revision `rev` (exact or a lower
 // bound): the new state, whether the branch wrote, and whether its reads matched `kvs`/`deleted`
 // (not checked when `check` is false: the outcome is unknown).
-func applyBranch(s state, ops []TxnOp, m *mop, rev int64, exact bool, check bool, kvs []KV, deleted int64) (state, bool, bool) {
+func applyBranch(s State, ops []history.TxnOp, m *Input, rev int64, exact bool, check bool, kvs []history.KV, deleted int64) (State, bool, bool) {
 	wrote := false
 	var dels int64
 	for _, t := range ops {
-		i := m.slot[t.Key]
+		i := m.Slot[t.Key]
 		switch t.Kind {
 		case "get":
 			if check {
 				var ok bool
-				if s.K[i], ok = observe(s.K[i], findKV(kvs, t.Key), rev, m.versions); !ok {
+				if s.K[i], ok = observe(s.K[i], FindKV(kvs, t.Key), rev, m.Versions); !ok {
 					return s, wrote, false
 				}
 			}
@@ -212,7 +215,7 @@ func applyBranch(s state, ops []TxnOp, m *mop, rev int64, exact bool, check bool
 			wrote = true
 		case "delete":
 			if s.K[i].Present {
-				s.K[i] = kstate{}
+				s.K[i] = KeyState{}
 				wrote = true
 				dels++
 			}
@@ -224,16 +227,16 @@ func applyBranch(s state, ops []TxnOp, m *mop, rev int64, exact bool, check bool
 	return s, wrote, true
 }
 
-// step is the model's transition: every state the operation can lead to (none: it cannot).
-func step(s state, m *mop) []state {
-	o := m.op
-	if m.unknown && m.seenRev == 0 && m.applied {
+// Step is the model's transition: every state the operation can lead to (none: it cannot).
+func Step(s State, m *Input) []State {
+	o := m.Op
+	if m.Unknown && m.SeenRev == 0 && m.Applied {
 		return stepApplied(s, m)
 	}
-	if m.unknown && m.seenRev == 0 {
-		return append([]state{s}, applyUnknown(s, m)...)
+	if m.Unknown && m.SeenRev == 0 {
+		return append([]State{s}, applyUnknown(s, m)...)
 	}
-	rev := m.seenRev
+	rev := m.SeenRev
 	if o.Header != nil {
 		rev = o.Header.Revision
 	}
@@ -243,54 +246,54 @@ func step(s state, m *mop) []state {
 	switch o.Kind {
 	case "get", "range":
 		n := s
-		for key, i := range m.slot {
-			if !m.cover[i] {
+		for key, i := range m.Slot {
+			if !m.Cover[i] {
 				continue
 			}
 			var ok bool
-			if n.K[i], ok = observe(n.K[i], findKV(m.kvs, key), rev, m.versions); !ok {
+			if n.K[i], ok = observe(n.K[i], FindKV(m.KVs, key), rev, m.Versions); !ok {
 				return nil
 			}
 		}
 		n.Rev = rev
-		return []state{n}
+		return []State{n}
 	case "put":
-		if rev <= s.Rev || m.leases && s.isRevoked(o.Lease) {
+		if rev <= s.Rev || m.Leases && s.isRevoked(o.Lease) {
 			return nil // a put on a revoked lease fails: "requested lease not found"
 		}
 		n := s
-		n.K[m.slot[o.Key]] = put(s.K[m.slot[o.Key]], o.Value, o.Lease, rev, true)
+		n.K[m.Slot[o.Key]] = put(s.K[m.Slot[o.Key]], o.Value, o.Lease, rev, true)
 		n.Rev = rev
-		return []state{n}
+		return []State{n}
 	case "revoke":
 		return stepRevoke(s, m, rev)
 	case "delete":
-		i := m.slot[o.Key]
+		i := m.Slot[o.Key]
 		n := s
 		hit := s.K[i].Present
-		if m.seenRev == 0 && (o.Deleted == 1) != hit {
+		if m.SeenRev == 0 && (o.Deleted == 1) != hit {
 			return nil
 		}
 		if hit {
 			if rev <= s.Rev {
 				return nil
 			}
-			n.K[i] = kstate{}
+			n.K[i] = KeyState{}
 		}
 		n.Rev = rev
-		return []state{n}
+		return []State{n}
 	case "txn":
-		var out []state
+		var out []State
 		for _, branch := range txnBranches(s, m) {
 			// A transaction seen applied through a watch (its outcome was unknown) took Then.
-			if (m.seenRev == 0 && branch.then != o.OK) || (m.seenRev != 0 && !branch.then) {
+			if (m.SeenRev == 0 && branch.then != o.OK) || (m.SeenRev != 0 && !branch.then) {
 				continue
 			}
 			ops := o.Else
 			if branch.then {
 				ops = o.Then
 			}
-			n, wrote, ok := applyBranch(branch.s, ops, m, rev, true, m.seenRev == 0, o.KVs, o.Deleted)
+			n, wrote, ok := applyBranch(branch.s, ops, m, rev, true, m.SeenRev == 0, o.KVs, o.Deleted)
 			if !ok || (wrote && rev <= s.Rev) {
 				continue
 			}
@@ -299,55 +302,55 @@ func step(s state, m *mop) []state {
 		}
 		return out
 	}
-	return []state{s}
+	return []State{s}
 }
 
 // stepRevoke: an acknowledged revoke at revision rev deletes the key attached to its lease (a
 // revision of its own: rev must be past the store's), else leaves the revision where it was; the
 // lease is gone either way.
-func stepRevoke(s state, m *mop, rev int64) []state {
-	n, hit := s.revoke(m.op.Lease, m.slot[m.op.Key])
-	if !m.leases {
+func stepRevoke(s State, m *Input, rev int64) []State {
+	n, hit := s.revoke(m.Op.Lease, m.Slot[m.Op.Key])
+	if !m.Leases {
 		n.Revoked = s.Revoked
 	}
 	if hit && rev <= s.Rev {
 		return nil
 	}
 	n.Rev = rev
-	return []state{n}
+	return []State{n}
 }
 
 // stepApplied: a write known applied, at a revision not known: what it did (a put on a revoked
 // lease, a delete of a key not there: nothing; a transaction may have taken a branch that wrote
 // nothing).
-func stepApplied(s state, m *mop) []state {
+func stepApplied(s State, m *Input) []State {
 	out := applyUnknown(s, m)
-	if len(out) == 0 || m.op.Kind == "txn" {
+	if len(out) == 0 || m.Op.Kind == "txn" {
 		out = append(out, s)
 	}
 	return out
 }
 
 type branch struct {
-	s    state
+	s    State
 	then bool
 }
 
 // txnBranches: which branches the compare can take in state s (both, when the key's mod
 // revision is only bounded), with the state refined by the compare's answer.
-func txnBranches(s state, m *mop) []branch {
-	k := s.K[m.slot[m.op.Compare]]
+func txnBranches(s State, m *Input) []branch {
+	k := s.K[m.Slot[m.Op.Compare]]
 	mod := int64(0)
 	if k.Present {
 		mod = k.Mod
 	}
 	if !k.Present || k.Exact {
-		return []branch{{s, mod == m.op.Expect}}
+		return []branch{{s, mod == m.Op.Expect}}
 	}
 	out := []branch{{s, false}}
-	if m.op.Expect >= k.Mod {
+	if m.Op.Expect >= k.Mod {
 		t := s
-		t.K[m.slot[m.op.Compare]].Mod, t.K[m.slot[m.op.Compare]].Exact = m.op.Expect, true
+		t.K[m.Slot[m.Op.Compare]].Mod, t.K[m.Slot[m.Op.Compare]].Exact = m.Op.Expect, true
 		out = append(out, branch{t, true})
 	}
 	return out
@@ -355,45 +358,45 @@ func txnBranches(s state, m *mop) []branch {
 
 // applyUnknown: the states a write of unknown outcome leads to if it was applied, at a revision
 // only known to be later.
-func applyUnknown(s state, m *mop) []state {
-	o := m.op
+func applyUnknown(s State, m *Input) []State {
+	o := m.Op
 	rev := s.Rev + 1
 	switch o.Kind {
 	case "put":
-		if m.leases && s.isRevoked(o.Lease) {
+		if m.Leases && s.isRevoked(o.Lease) {
 			return nil // its lease was gone: it failed
 		}
 		n := s
-		n.K[m.slot[o.Key]] = put(s.K[m.slot[o.Key]], o.Value, o.Lease, rev, false)
+		n.K[m.Slot[o.Key]] = put(s.K[m.Slot[o.Key]], o.Value, o.Lease, rev, false)
 		n.Rev = rev
-		return []state{n}
+		return []State{n}
 	case "revoke":
-		if !m.leases {
-			n, hit := s.revoke(o.Lease, m.slot[o.Key])
+		if !m.Leases {
+			n, hit := s.revoke(o.Lease, m.Slot[o.Key])
 			if !hit {
 				return nil
 			}
 			n.Revoked, n.Rev = s.Revoked, rev
-			return []state{n}
+			return []State{n}
 		}
-		n, hit := s.revoke(o.Lease, m.slot[o.Key])
+		n, hit := s.revoke(o.Lease, m.Slot[o.Key])
 		if hit {
 			n.Rev = rev
 		}
-		return []state{n}
+		return []State{n}
 	case "delete":
-		i := m.slot[o.Key]
+		i := m.Slot[o.Key]
 		if s.K[i].Present {
 			n := s
-			n.K[i] = kstate{}
+			n.K[i] = KeyState{}
 			n.Rev = rev
-			return []state{n}
+			return []State{n}
 		}
 		return nil
 	case "txn":
-		var out []state
+		var out []State
 		for _, b := range txnBranches(s, m) {
-			if b.then && m.noThen {
+			if b.then && m.NoThen {
 				continue
 			}
 			ops := o.Else
@@ -411,8 +414,8 @@ func applyUnknown(s state, m *mop) []state {
 	return nil
 }
 
-// groupModel is the porcupine model of one group, starting from any of `init`.
-func groupModel(init []state, keyName func(int) string) porcupine.Model {
+// GroupModel is the porcupine model of one group, starting from any of `init`.
+func GroupModel(init []State, keyName func(int) string) porcupine.Model {
 	nm := porcupine.NondeterministicModel{
 		Init: func() []interface{} {
 			out := make([]interface{}, len(init))
@@ -423,75 +426,17 @@ func groupModel(init []state, keyName func(int) string) porcupine.Model {
 		},
 		Step: func(st, in, _ interface{}) []interface{} {
 			var out []interface{}
-			for _, n := range step(st.(state), in.(*mop)) {
+			for _, n := range Step(st.(State), in.(*Input)) {
 				out = append(out, n)
 			}
 			return out
 		},
-		Equal: func(a, b interface{}) bool { return a.(state) == b.(state) },
-		Hash:  func(s interface{}) uint64 { return hashState(s.(state)) },
+		Equal: func(a, b interface{}) bool { return a.(State) == b.(State) },
+		Hash:  func(s interface{}) uint64 { return hashState(s.(State)) },
 		DescribeOperation: func(in, _ interface{}) string {
-			return describeOp(in.(*mop).op)
+			return history.Describe(in.(*Input).Op)
 		},
-		DescribeState: func(s interface{}) string { return s.(state).describe(keyName) },
+		DescribeState: func(s interface{}) string { return s.(State).Describe(keyName) },
 	}
 	return nm.ToModel()
-}
-
-// describeOp says what an operation asked and what came back, in one line.
-func describeOp(o *Op) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "stream %d (worker %d via %s) %s", o.Stream, o.Worker, o.Endpoint, o.Kind)
-	switch o.Kind {
-	case "range":
-		fmt.Fprintf(&b, " [%s, %s)", o.Key, o.End)
-	case "txn":
-		fmt.Fprintf(&b, " if mod(%s)==%d then %s else %s", o.Compare, o.Expect, txnText(o.Then), txnText(o.Else))
-	case "put":
-		fmt.Fprintf(&b, " %s=%s", o.Key, o.Value)
-		if o.Lease != 0 {
-			fmt.Fprintf(&b, " lease %x", o.Lease)
-		}
-	case "revoke", "keepalive":
-		fmt.Fprintf(&b, " lease %x (%s)", o.Lease, o.Key)
-	default:
-		fmt.Fprintf(&b, " %s", o.Key)
-	}
-	fmt.Fprintf(&b, " at %s-%s: ", secs(o.Call), secs(o.Return))
-	if o.Status != "ok" {
-		fmt.Fprintf(&b, "%s (%s)", o.Status, o.Error)
-		return b.String()
-	}
-	if o.Kind == "txn" {
-		fmt.Fprintf(&b, "succeeded=%t ", o.OK)
-	}
-	if o.Kind == "get" || o.Kind == "sget" || o.Kind == "range" || o.Kind == "txn" {
-		var kv []string
-		for _, x := range o.KVs {
-			kv = append(kv, fmt.Sprintf("%s=%s (mod %d)", x.Key, x.Value, x.Mod))
-		}
-		if len(kv) == 0 {
-			kv = append(kv, "nothing")
-		}
-		fmt.Fprintf(&b, "read %s ", strings.Join(kv, ", "))
-	}
-	if o.Kind == "delete" {
-		fmt.Fprintf(&b, "deleted %d ", o.Deleted)
-	}
-	if o.Header != nil {
-		fmt.Fprintf(&b, "at revision %d from member %x of cluster %x", o.Header.Revision, o.Header.Member, o.Header.Cluster)
-	}
-	return b.String()
-}
-
-func txnText(ops []TxnOp) string {
-	var parts []string
-	for _, t := range ops {
-		if t.Kind == "put" {
-			parts = append(parts, fmt.Sprintf("put %s=%s", t.Key, t.Value))
-		} else {
-			parts = append(parts, t.Kind+" "+t.Key)
-		}
-	}
-	return "(" + strings.Join(parts, "; ") + ")"
 }

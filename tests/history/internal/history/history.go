@@ -1,4 +1,6 @@
-package main
+// Package history holds what the recorder wrote: the operations, watch responses and sessions of a
+// history file, and reading and writing that file.
+package history
 
 // The recorded history: one JSON object a line, each an operation (`op`), a watch response
 // (`watch`) or the start of a watch session (`session`). Times are nanoseconds since the
@@ -119,16 +121,16 @@ type History struct {
 	Sessions []Session
 }
 
-func readHistory(path string) (*History, error) {
+func Read(path string) (*History, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return parseHistory(f)
+	return Parse(f)
 }
 
-func parseHistory(r io.Reader) (*History, error) {
+func Parse(r io.Reader) (*History, error) {
 	h := &History{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
@@ -167,7 +169,7 @@ func parseHistory(r io.Reader) (*History, error) {
 	return h, nil
 }
 
-func writeHistory(w io.Writer, h *History) error {
+func Write(w io.Writer, h *History) error {
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
 	if err := enc.Encode(Line{Meta: &h.Meta}); err != nil {
@@ -191,8 +193,8 @@ func writeHistory(w io.Writer, h *History) error {
 	return bw.Flush()
 }
 
-// isWrite says whether an operation can change the store.
-func (o *Op) isWrite() bool {
+// IsWrite says whether an operation can change the store.
+func (o *Op) IsWrite() bool {
 	switch o.Kind {
 	case "put", "delete", "revoke":
 		return true
@@ -206,8 +208,8 @@ func (o *Op) isWrite() bool {
 	return false
 }
 
-// keys is every key an operation touches.
-func (o *Op) keys() []string {
+// Keys is every key an operation touches.
+func (o *Op) Keys() []string {
 	switch o.Kind {
 	case "txn":
 		seen := map[string]bool{}
@@ -226,8 +228,8 @@ func (o *Op) keys() []string {
 	}
 }
 
-// keysWritten: the keys an operation puts.
-func (o *Op) keysWritten() []string {
+// KeysWritten: the keys an operation puts.
+func (o *Op) KeysWritten() []string {
 	if o.Kind == "put" {
 		return []string{o.Key}
 	}
@@ -240,8 +242,8 @@ func (o *Op) keysWritten() []string {
 	return out
 }
 
-// values: every value an operation tries to write.
-func (o *Op) values() []string {
+// Values: every value an operation tries to write.
+func (o *Op) Values() []string {
 	if o.Kind == "put" {
 		return []string{o.Value}
 	}
@@ -254,9 +256,9 @@ func (o *Op) values() []string {
 	return out
 }
 
-// deletes says whether an operation can delete key: a delete of it, a revoke of the lease it
+// Deletes says whether an operation can delete key: a delete of it, a revoke of the lease it
 // was put with, a transaction with a delete of it in either branch.
-func (o *Op) deletes(key string) bool {
+func (o *Op) Deletes(key string) bool {
 	switch o.Kind {
 	case "delete", "revoke":
 		return o.Key == key
@@ -270,8 +272,8 @@ func (o *Op) deletes(key string) bool {
 	return false
 }
 
-// branchWrites says whether a transaction's branch can change the store.
-func branchWrites(ops []TxnOp) bool {
+// BranchWrites says whether a transaction's branch can change the store.
+func BranchWrites(ops []TxnOp) bool {
 	for _, t := range ops {
 		if t.Kind != "get" {
 			return true
@@ -291,7 +293,7 @@ func txnKeys(o *Op) []string {
 	return out
 }
 
-func secs(ns int64) string { return fmt.Sprintf("%.3fs", float64(ns)/1e9) }
+func Secs(ns int64) string { return fmt.Sprintf("%.3fs", float64(ns)/1e9) }
 
 // The kinds the recorder writes: anything else is not a history it wrote.
 var (
@@ -325,20 +327,18 @@ func (o *Op) validate() error {
 	case !opKinds[o.Kind]:
 		return fmt.Errorf("operation of unknown kind %q (stream %d, worker %d)", o.Kind, o.Stream, o.Worker)
 	case !statuses[o.Status]:
-		return fmt.Errorf("%s: unknown status %q (ok, fail or gone)", describeOp(o), o.Status)
+		return fmt.Errorf("%s: unknown status %q (ok, fail or gone)", Describe(o), o.Status)
 	case o.Call < 0 || o.Return < o.Call:
-		return fmt.Errorf("%s: returns before its call (call %d, return %d)", describeOp(o), o.Call, o.Return)
+		return fmt.Errorf("%s: returns before its call (call %d, return %d)", Describe(o), o.Call, o.Return)
 	case o.Status == "ok" && o.Header == nil:
-		return fmt.Errorf("%s: answered with no response header", describeOp(o))
+		return fmt.Errorf("%s: answered with no response header", Describe(o))
 	case o.Kind == "txn" && o.Compare == "":
-		return fmt.Errorf("%s: a transaction with no compare", describeOp(o))
+		return fmt.Errorf("%s: a transaction with no compare", Describe(o))
 	}
 	for _, t := range append(append([]TxnOp{}, o.Then...), o.Else...) {
 		if !txnKinds[t.Kind] {
-			return fmt.Errorf("%s: transaction operation of unknown kind %q", describeOp(o), t.Kind)
+			return fmt.Errorf("%s: transaction operation of unknown kind %q", Describe(o), t.Kind)
 		}
 	}
 	return nil
 }
-
-func itoa(n int64) string { return fmt.Sprintf("%d", n) }

@@ -1,4 +1,4 @@
-package main
+package validate
 
 // Writes of unknown outcome settled by what the members persisted, as etcd's robustness tests
 // patch their histories (tests/robustness/validate/patch_history.go): a write whose request a
@@ -9,6 +9,9 @@ package main
 import (
 	"fmt"
 	"os"
+
+	"etcd-asg-lifecycle/tests/history/internal/history"
+	"etcd-asg-lifecycle/tests/history/internal/wal"
 )
 
 // WALReport is what the members' logs settled.
@@ -31,7 +34,7 @@ const (
 
 // walEvidence: the clusters' logs, and where the acknowledged writes are in them.
 type walEvidence struct {
-	logs map[uint64]*clusterLog
+	logs map[uint64]*wal.ClusterLog
 	// every data directory was read (else nothing is settled as not applied)
 	allRead bool
 	// per cluster: the acknowledged writes of unique values found committed
@@ -48,20 +51,20 @@ type ackAt struct {
 // loadWAL reads every data directory and merges their logs.
 func (c *checker) loadWAL() {
 	ev := &walEvidence{allRead: true, acked: map[uint64][]ackAt{}, failed: map[string]int{}}
-	c.sum.WAL = &WALReport{Dirs: len(c.walDirs)}
-	var members []*memberWAL
-	for _, dir := range c.walDirs {
-		m, err := readMemberWAL(dir)
+	c.sum.WAL = &WALReport{Dirs: len(c.WALDirs)}
+	var members []*wal.Member
+	for _, dir := range c.WALDirs {
+		m, err := wal.ReadMember(dir)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "history check: %s: %v (nothing settled as not applied)\n", dir, err)
 			ev.allRead = false
 			continue
 		}
 		c.sum.WAL.Read++
-		c.sum.WAL.Entries += len(m.entries)
+		c.sum.WAL.Entries += len(m.Entries)
 		members = append(members, m)
 	}
-	logs, err := mergeWALs(members)
+	logs, err := wal.Merge(members)
 	if err != nil {
 		c.violation("%v", err)
 		return
@@ -69,16 +72,16 @@ func (c *checker) loadWAL() {
 	ev.logs = logs
 	for i := range c.h.Ops {
 		o := &c.h.Ops[i]
-		sig, unique := opSig(o)
+		sig, unique := wal.OpSig(o)
 		switch {
-		case sig == "" || !o.isWrite() && o.Kind != "revoke":
+		case sig == "" || !o.IsWrite() && o.Kind != "revoke":
 			continue
 		case o.Status == "fail":
 			ev.failed[sig]++
 			continue
 		}
-		if l := logs[o.Header.Cluster]; o.Status == "ok" && unique && l != nil && len(l.at[sig]) > 0 {
-			ev.acked[l.cluster] = append(ev.acked[l.cluster], ackAt{index: l.at[sig][0], ret: o.Return})
+		if l := logs[o.Header.Cluster]; o.Status == "ok" && unique && l != nil && len(l.At[sig]) > 0 {
+			ev.acked[l.Cluster] = append(ev.acked[l.Cluster], ackAt{index: l.At[sig][0], ret: o.Return})
 		}
 	}
 	c.wal = ev
@@ -86,11 +89,11 @@ func (c *checker) loadWAL() {
 
 // walVerdict settles a failed write, for the epoch of cluster: and if applied, the latest it
 // can have taken effect (the return of the first acknowledged write persisted after it).
-func (c *checker) walVerdict(o *Op, cluster uint64) (walVerdict, int64) {
+func (c *checker) walVerdict(o *history.Op, cluster uint64) (walVerdict, int64) {
 	if c.wal == nil || c.wal.logs[cluster] == nil {
 		return walUnknown, 0
 	}
-	sig, unique := opSig(o)
+	sig, unique := wal.OpSig(o)
 	if sig == "" {
 		return walUnknown, 0
 	}
@@ -98,7 +101,7 @@ func (c *checker) walVerdict(o *Op, cluster uint64) (walVerdict, int64) {
 	if !unique {
 		return c.countVerdict(l, sig)
 	}
-	if idx := l.at[sig]; len(idx) > 0 {
+	if idx := l.At[sig]; len(idx) > 0 {
 		bound := int64(1) << 62
 		for _, a := range c.wal.acked[cluster] {
 			if a.index > idx[0] && a.ret < bound {
@@ -108,10 +111,10 @@ func (c *checker) walVerdict(o *Op, cluster uint64) (walVerdict, int64) {
 		return walApplied, bound
 	}
 	for _, other := range c.wal.logs {
-		if other.pending[sig] > 0 {
+		if other.Pending[sig] > 0 {
 			return walUnknown, 0 // persisted, not known committed
 		}
-		if len(other.at[sig]) > 0 {
+		if len(other.At[sig]) > 0 {
 			return walElsewhere, 0
 		}
 	}
@@ -120,9 +123,9 @@ func (c *checker) walVerdict(o *Op, cluster uint64) (walVerdict, int64) {
 	}
 	// Absent: known not applied if the log is known whole from a write acknowledged before it
 	// was sent (or from the cluster's first index) to its end.
-	covered := l.complete()
+	covered := l.Complete()
 	for _, a := range c.wal.acked[cluster] {
-		if a.ret < o.Call && a.index >= l.gapFrom {
+		if a.ret < o.Call && a.index >= l.GapFrom {
 			covered = true
 		}
 	}
@@ -135,17 +138,17 @@ func (c *checker) walVerdict(o *Op, cluster uint64) (walVerdict, int64) {
 // countVerdict: a delete (of a key) or a revoke (of a lease) is not unique; in a log whole from
 // the cluster's first index, as many persisted as were answered means the failed ones were not
 // applied, as many as were sent means they all were.
-func (c *checker) countVerdict(l *clusterLog, sig string) (walVerdict, int64) {
-	if !c.wal.allRead || !l.complete() || l.pending[sig] > 0 {
+func (c *checker) countVerdict(l *wal.ClusterLog, sig string) (walVerdict, int64) {
+	if !c.wal.allRead || !l.Complete() || l.Pending[sig] > 0 {
 		return walUnknown, 0
 	}
 	answered := 0
 	for i := range c.h.Ops {
 		o := &c.h.Ops[i]
-		s, _ := opSig(o)
+		s, _ := wal.OpSig(o)
 		switch {
 		case s != sig || o.Status == "fail":
-		case o.Header != nil && o.Header.Cluster == l.cluster:
+		case o.Header != nil && o.Header.Cluster == l.Cluster:
 			answered++
 		case o.Status == "gone" && len(c.clusters) == 1:
 			answered++ // refused (its lease gone) after it was persisted: the one cluster's
@@ -153,7 +156,7 @@ func (c *checker) countVerdict(l *clusterLog, sig string) (walVerdict, int64) {
 			return walUnknown, 0 // refused by which cluster?
 		}
 	}
-	switch persisted := len(l.at[sig]); {
+	switch persisted := len(l.At[sig]); {
 	case persisted == answered:
 		return walNotApplied, 0
 	case persisted == answered+c.wal.failed[sig]:

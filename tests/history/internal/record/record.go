@@ -1,4 +1,6 @@
-package main
+// Package record is the recorder: clientv3 clients and watches on a live cluster, every operation
+// written to a history file.
+package record
 
 // The recorder: concurrent clientv3 clients doing etcd's operations on a few keys under one
 // prefix, with unique values, and watches from a known revision with progress requests; every
@@ -21,6 +23,8 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"etcd-asg-lifecycle/tests/history/internal/history"
 )
 
 type recorder struct {
@@ -28,7 +32,7 @@ type recorder struct {
 	prefix  string
 	keys    int
 	mu      sync.Mutex
-	hist    History
+	hist    history.History
 	stopped chan struct{}
 }
 
@@ -36,7 +40,7 @@ func (r *recorder) now() int64 { return time.Since(r.start).Nanoseconds() }
 
 func (r *recorder) key(i int) string { return fmt.Sprintf("%sk%02d", r.prefix, i) }
 
-func (r *recorder) addOp(o Op) {
+func (r *recorder) addOp(o history.Op) {
 	r.mu.Lock()
 	r.hist.Ops = append(r.hist.Ops, o)
 	r.mu.Unlock()
@@ -46,14 +50,14 @@ func header(h interface {
 	GetClusterId() uint64
 	GetMemberId() uint64
 	GetRevision() int64
-}) *Header {
-	return &Header{Cluster: h.GetClusterId(), Member: h.GetMemberId(), Revision: h.GetRevision()}
+}) *history.Header {
+	return &history.Header{Cluster: h.GetClusterId(), Member: h.GetMemberId(), Revision: h.GetRevision()}
 }
 
-func kvs(in []*mvccpb.KeyValue) []KV {
-	out := make([]KV, 0, len(in))
+func kvs(in []*mvccpb.KeyValue) []history.KV {
+	out := make([]history.KV, 0, len(in))
 	for _, kv := range in {
-		out = append(out, KV{Key: string(kv.Key), Value: string(kv.Value), Mod: kv.ModRevision,
+		out = append(out, history.KV{Key: string(kv.Key), Value: string(kv.Value), Mod: kv.ModRevision,
 			Create: kv.CreateRevision, Version: kv.Version, Lease: kv.Lease})
 	}
 	return out
@@ -91,7 +95,7 @@ func (c *client) newStream() {
 }
 
 // do runs one operation and records it.
-func (c *client) do(ctx context.Context, o Op, run func(ctx context.Context, o *Op) error) Op {
+func (c *client) do(ctx context.Context, o history.Op, run func(ctx context.Context, o *history.Op) error) history.Op {
 	o.Worker, o.Endpoint, o.Stream = c.id, c.endpoint, c.curr
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	o.Call = c.r.now()
@@ -108,7 +112,7 @@ func (c *client) do(ctx context.Context, o Op, run func(ctx context.Context, o *
 	}
 	c.r.addOp(o)
 	c.failed = o.Status == "fail"
-	if o.Status == "fail" && o.isWrite() {
+	if o.Status == "fail" && o.IsWrite() {
 		c.newStream()
 	}
 	return o
@@ -131,7 +135,7 @@ func (c *client) step(ctx context.Context) {
 		c.rangeGroup(ctx, group)
 	case pick < 60:
 		v := c.value()
-		c.do(ctx, Op{Kind: "put", Key: k, Value: v}, func(ctx context.Context, o *Op) error {
+		c.do(ctx, history.Op{Kind: "put", Key: k, Value: v}, func(ctx context.Context, o *history.Op) error {
 			resp, err := c.cli.Put(ctx, k, v)
 			if err == nil {
 				o.Header = header(resp.Header)
@@ -140,7 +144,7 @@ func (c *client) step(ctx context.Context) {
 			return err
 		})
 	case pick < 65:
-		c.do(ctx, Op{Kind: "delete", Key: k}, func(ctx context.Context, o *Op) error {
+		c.do(ctx, history.Op{Kind: "delete", Key: k}, func(ctx context.Context, o *history.Op) error {
 			resp, err := c.cli.Delete(ctx, k)
 			if err == nil {
 				o.Header, o.Deleted = header(resp.Header), resp.Deleted
@@ -151,15 +155,15 @@ func (c *client) step(ctx context.Context) {
 	case pick < 77:
 		// Compare-and-swap on what this client last saw of the key.
 		v := c.value()
-		c.txn(ctx, k, []TxnOp{{Kind: "put", Key: k, Value: v}}, []TxnOp{{Kind: "get", Key: k}})
+		c.txn(ctx, k, []history.TxnOp{{Kind: "put", Key: k, Value: v}}, []history.TxnOp{{Kind: "get", Key: k}})
 	case pick < 82:
 		// Several operations at once on both keys of a group.
 		a, b := c.r.key(2*group), c.r.key(2*group+1)
 		if 2*group+1 >= c.r.keys {
 			b = a
 		}
-		c.txn(ctx, a, []TxnOp{{Kind: "put", Key: a, Value: c.value()}, {Kind: "put", Key: b, Value: c.value()}},
-			[]TxnOp{{Kind: "get", Key: a}, {Kind: "delete", Key: b}})
+		c.txn(ctx, a, []history.TxnOp{{Kind: "put", Key: a, Value: c.value()}, {Kind: "put", Key: b, Value: c.value()}},
+			[]history.TxnOp{{Kind: "get", Key: a}, {Kind: "delete", Key: b}})
 	case pick < 90:
 		c.leasePut(ctx)
 	case pick < 95:
@@ -181,7 +185,7 @@ func (c *client) step(ctx context.Context) {
 func (c *client) rangeGroup(ctx context.Context, group int) {
 	start := c.r.key(2 * group)
 	end := c.r.key(2*group + 2)
-	c.do(ctx, Op{Kind: "range", Key: start, End: end}, func(ctx context.Context, o *Op) error {
+	c.do(ctx, history.Op{Kind: "range", Key: start, End: end}, func(ctx context.Context, o *history.Op) error {
 		resp, err := c.cli.Get(ctx, start, clientv3.WithRange(end))
 		if err == nil {
 			o.Header, o.KVs = header(resp.Header), kvs(resp.Kvs)
@@ -193,7 +197,7 @@ func (c *client) rangeGroup(ctx context.Context, group int) {
 // revoke revokes the client's lease (and with it the key put with it).
 func (c *client) revoke(ctx context.Context) {
 	id, key := c.lease, c.leaseKey
-	o := c.do(ctx, Op{Kind: "revoke", Key: key, Lease: int64(id)}, func(ctx context.Context, o *Op) error {
+	o := c.do(ctx, history.Op{Kind: "revoke", Key: key, Lease: int64(id)}, func(ctx context.Context, o *history.Op) error {
 		resp, err := c.cli.Revoke(ctx, id)
 		if err == nil {
 			o.Header = header(resp.Header)
@@ -208,7 +212,7 @@ func (c *client) revoke(ctx context.Context) {
 // keepalive renews the client's lease once.
 func (c *client) keepalive(ctx context.Context) {
 	id := c.lease
-	c.do(ctx, Op{Kind: "keepalive", Key: c.leaseKey, Lease: int64(id)}, func(ctx context.Context, o *Op) error {
+	c.do(ctx, history.Op{Kind: "keepalive", Key: c.leaseKey, Lease: int64(id)}, func(ctx context.Context, o *history.Op) error {
 		resp, err := c.cli.KeepAliveOnce(ctx, id)
 		if err == nil {
 			o.Header, o.TTL = header(resp.ResponseHeader), resp.TTL
@@ -223,7 +227,7 @@ func (c *client) get(ctx context.Context, k string, serializable bool) {
 	if serializable {
 		kind, opts = "sget", []clientv3.OpOption{clientv3.WithSerializable()}
 	}
-	c.do(ctx, Op{Kind: kind, Key: k}, func(ctx context.Context, o *Op) error {
+	c.do(ctx, history.Op{Kind: kind, Key: k}, func(ctx context.Context, o *history.Op) error {
 		resp, err := c.cli.Get(ctx, k, opts...)
 		if err == nil {
 			o.Header, o.KVs = header(resp.Header), kvs(resp.Kvs)
@@ -236,7 +240,7 @@ func (c *client) get(ctx context.Context, k string, serializable bool) {
 	})
 }
 
-func toOp(t TxnOp) clientv3.Op {
+func toOp(t history.TxnOp) clientv3.Op {
 	switch t.Kind {
 	case "put":
 		if t.Lease != 0 {
@@ -251,9 +255,9 @@ func toOp(t TxnOp) clientv3.Op {
 }
 
 // txn: If mod_revision(cmp) == what this client last saw Then ... Else ....
-func (c *client) txn(ctx context.Context, cmp string, then, els []TxnOp) {
+func (c *client) txn(ctx context.Context, cmp string, then, els []history.TxnOp) {
 	expect := c.mods[cmp]
-	c.do(ctx, Op{Kind: "txn", Compare: cmp, Expect: expect, Then: then, Else: els}, func(ctx context.Context, o *Op) error {
+	c.do(ctx, history.Op{Kind: "txn", Compare: cmp, Expect: expect, Then: then, Else: els}, func(ctx context.Context, o *history.Op) error {
 		var t, e []clientv3.Op
 		for _, x := range then {
 			t = append(t, toOp(x))
@@ -282,7 +286,7 @@ func (c *client) txn(ctx context.Context, cmp string, then, els []TxnOp) {
 // holds one key, so revoking it touches only that key's group.
 func (c *client) leasePut(ctx context.Context) {
 	if c.lease == 0 {
-		o := c.do(ctx, Op{Kind: "grant"}, func(ctx context.Context, o *Op) error {
+		o := c.do(ctx, history.Op{Kind: "grant"}, func(ctx context.Context, o *history.Op) error {
 			resp, err := c.cli.Grant(ctx, 3600)
 			if err == nil {
 				o.Header, o.Lease, o.TTL = header(resp.ResponseHeader), int64(resp.ID), resp.TTL
@@ -296,7 +300,7 @@ func (c *client) leasePut(ctx context.Context) {
 		c.leaseKey = c.r.key(c.rng.Intn(c.r.keys))
 	}
 	k, id, v := c.leaseKey, c.lease, c.value()
-	o := c.do(ctx, Op{Kind: "put", Key: k, Value: v, Lease: int64(id)}, func(ctx context.Context, o *Op) error {
+	o := c.do(ctx, history.Op{Kind: "put", Key: k, Value: v, Lease: int64(id)}, func(ctx context.Context, o *history.Op) error {
 		resp, err := c.cli.Put(ctx, k, v, clientv3.WithLease(id))
 		if err == nil {
 			o.Header = header(resp.Header)
@@ -319,7 +323,7 @@ func (r *recorder) watch(ctx context.Context, cli *clientv3.Client, id int, from
 	for ctx.Err() == nil {
 		session++
 		r.mu.Lock()
-		r.hist.Sessions = append(r.hist.Sessions, Session{Watcher: id, Session: session, Time: r.now(), From: from, Why: why})
+		r.hist.Sessions = append(r.hist.Sessions, history.Session{Watcher: id, Session: session, Time: r.now(), From: from, Why: why})
 		r.mu.Unlock()
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		ch := cli.Watch(wctx, r.prefix, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
@@ -337,13 +341,13 @@ func (r *recorder) watch(ctx context.Context, cli *clientv3.Client, id int, from
 					ended = true
 					break
 				}
-				w := WatchResp{Watcher: id, Session: session, Time: r.now(), Header: *header(&resp.Header),
+				w := history.WatchResp{Watcher: id, Session: session, Time: r.now(), Header: *header(&resp.Header),
 					Progress: resp.IsProgressNotify(), Canceled: resp.Canceled, Compact: resp.CompactRevision}
 				if err := resp.Err(); err != nil {
 					w.Error = err.Error()
 				}
 				for _, e := range resp.Events {
-					w.Events = append(w.Events, Event{Type: e.Type.String(), KV: kvs([]*mvccpb.KeyValue{e.Kv})[0]})
+					w.Events = append(w.Events, history.Event{Type: e.Type.String(), KV: kvs([]*mvccpb.KeyValue{e.Kv})[0]})
 					lastRev = e.Kv.ModRevision
 				}
 				r.mu.Lock()
@@ -368,7 +372,7 @@ func (r *recorder) watch(ctx context.Context, cli *clientv3.Client, id int, from
 			c := &client{r: r, id: 1000 + id, stream: new(int), streamMu: &sync.Mutex{}, cli: cli, endpoint: "lb", timeout: 3 * time.Second}
 			*c.stream = 100000*(id+1) + session
 			c.curr = *c.stream
-			o := c.do(ctx, Op{Kind: "range", Key: r.prefix, End: clientv3.GetPrefixRangeEnd(r.prefix)}, func(ctx context.Context, o *Op) error {
+			o := c.do(ctx, history.Op{Kind: "range", Key: r.prefix, End: clientv3.GetPrefixRangeEnd(r.prefix)}, func(ctx context.Context, o *history.Op) error {
 				resp, err := cli.Get(ctx, r.prefix, clientv3.WithPrefix())
 				if err == nil {
 					o.Header, o.KVs = header(resp.Header), kvs(resp.Kvs)

@@ -1,4 +1,6 @@
-package main
+// Package validate checks a history: linearizability, the watch guarantees, reads, revisions,
+// declared restores and splits, and writes of unknown outcome settled by the members' logs.
+package validate
 
 // The checker: linearizability with porcupine (failed writes maybe applied, resolved from the
 // watches where they can be, as etcd's robustness tests resolve them), revisions that never go
@@ -6,15 +8,11 @@ package main
 // restores as declared cuts, and a second cluster id without one as a split.
 
 import (
-	"encoding/json"
-	"flag"
 	"fmt"
-	"os"
-	"runtime/debug"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
+
+	"etcd-asg-lifecycle/tests/history/internal/history"
 )
 
 // Restore is a declared cut: the cluster restored from a backup at Revision.
@@ -86,20 +84,24 @@ const (
 	ruleRevokeDeletes = "revoke-deletes"
 )
 
-// options are the checker's settings: the command's flags, and the rules switched off.
-type options struct {
-	timeout  time.Duration
-	html     string
-	fresh    bool
-	restores []Restore
-	off      map[string]bool
-	// walDirs: the members' data directories, whose logs settle writes of unknown outcome.
-	walDirs []string
+// Options are the checker's settings: the command's flags, and the rules switched off.
+type Options struct {
+	// Timeout: the most the linearizability check takes.
+	Timeout time.Duration
+	// HTML: where porcupine's visualization is written on a violation.
+	HTML string
+	// Fresh: a stale serializable read is a violation.
+	Fresh    bool
+	Restores []Restore
+	// Off: rules switched off (tests only: the command runs them all).
+	Off map[string]bool
+	// WALDirs: the members' data directories, whose logs settle writes of unknown outcome.
+	WALDirs []string
 }
 
 type checker struct {
-	options
-	h      *History
+	Options
+	h      *history.History
 	keyIdx map[string]int
 	sum    Summary
 	// clusters: every cluster id an answered operation saw.
@@ -112,7 +114,7 @@ type checker struct {
 	wal *walEvidence
 }
 
-func (c *checker) on(rule string) bool { return !c.off[rule] }
+func (c *checker) on(rule string) bool { return !c.Off[rule] }
 
 func (c *checker) violation(format string, a ...interface{}) {
 	c.sum.Violations = append(c.sum.Violations, fmt.Sprintf(format, a...))
@@ -132,69 +134,12 @@ type epoch struct {
 	minRev  int64
 }
 
-func check(args []string) (code int) {
-	fs := flag.NewFlagSet("check", flag.ExitOnError)
-	path := fs.String("history", "", "the history file")
-	timeout := fs.Duration("timeout", 10*time.Second, "the most the linearizability check takes")
-	html := fs.String("html", "", "porcupine's visualization, written on a violation (default: beside the history)")
-	fresh := fs.Bool("serializable-must-be-fresh", false, "treat a stale serializable read as a violation")
-	var restores []Restore
-	fs.Func("restore", "a declared restore: REVISION[:backup|survivor], in order (repeat)", func(s string) error {
-		rev, kind, _ := strings.Cut(s, ":")
-		n, err := strconv.ParseInt(rev, 10, 64)
-		if err != nil || n <= 0 {
-			return fmt.Errorf("restore %q: the revision must be a positive number", s)
-		}
-		if kind == "" {
-			kind = "backup"
-		}
-		if kind != "backup" && kind != "survivor" {
-			return fmt.Errorf("restore %q: kind must be backup or survivor", s)
-		}
-		restores = append(restores, Restore{Revision: n, Kind: kind})
-		return nil
-	})
-	walDirs := fs.String("wal", "", "the members' data directories (comma-separated; replaced members' too): "+
-		"their logs settle writes of unknown outcome")
-	_ = fs.Parse(args)
-	if *path == "" {
-		fmt.Fprintln(os.Stderr, "check needs -history")
-		return 3
-	}
-	h, err := readHistory(*path)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "reading %s: %v\n", *path, err)
-		return 3
-	}
-	if *html == "" {
-		*html = strings.TrimSuffix(*path, ".jsonl") + ".html"
-	}
-	// Never a panic: a history the checker cannot judge is refused as unreadable.
-	defer func() {
-		if r := recover(); r != nil {
-			fmt.Fprintf(os.Stderr, "history check: cannot check %s: %v\n%s", *path, r, debug.Stack())
-			code = 3
-		}
-	}()
-	c := &checker{h: h, options: options{timeout: *timeout, html: *html, fresh: *fresh, restores: restores}}
-	for _, d := range strings.Split(*walDirs, ",") {
-		if d = strings.TrimSpace(d); d != "" {
-			c.walDirs = append(c.walDirs, d)
-		}
-	}
+// Check judges a history with these options: what it found. It panics on a history it cannot
+// judge (the command refuses it as unreadable).
+func Check(h *history.History, opts Options) Summary {
+	c := &checker{h: h, Options: opts}
 	c.run()
-	for _, v := range c.sum.Violations {
-		fmt.Println("VIOLATION:", v)
-	}
-	out, _ := json.Marshal(c.sum)
-	fmt.Println(string(out))
-	switch c.sum.Result {
-	case "ok":
-		return 0
-	case "unknown":
-		return 2
-	}
-	return 1
+	return c.sum
 }
 
 func (c *checker) run() {
@@ -207,7 +152,7 @@ func (c *checker) run() {
 	c.writer = map[string]int{}
 	for i := range h.Ops {
 		o := &h.Ops[i]
-		for _, v := range o.values() {
+		for _, v := range o.Values() {
 			c.writer[v] = i
 		}
 		c.sum.Ops++
@@ -217,9 +162,9 @@ func (c *checker) run() {
 		} else {
 			c.sum.Failed++
 		}
-		for _, k := range o.keys() {
+		for _, k := range o.Keys() {
 			if _, ok := c.keyIdx[k]; !ok && o.Kind != "range" {
-				c.violation("operation on %q, outside the recorder's keys: %s", k, describeOp(o))
+				c.violation("operation on %q, outside the recorder's keys: %s", k, history.Describe(o))
 			}
 		}
 	}
@@ -232,7 +177,7 @@ func (c *checker) run() {
 	c.staleReads(epochs)
 	c.watches(epochs)
 	c.serializableReads()
-	if len(c.walDirs) > 0 {
+	if len(c.WALDirs) > 0 {
 		c.loadWAL()
 	}
 	c.linearizable(epochs)
@@ -263,7 +208,7 @@ func (c *checker) availability() {
 	for i := 1; i < len(returns); i++ {
 		if d := (returns[i] - returns[i-1]) / 1e6; d > c.sum.LongestGapMs {
 			c.sum.LongestGapMs = d
-			c.sum.FailedWindow = fmt.Sprintf("%s-%s", secs(returns[i-1]), secs(returns[i]))
+			c.sum.FailedWindow = fmt.Sprintf("%s-%s", history.Secs(returns[i-1]), history.Secs(returns[i]))
 		}
 	}
 }
