@@ -217,10 +217,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_state_of_a_cluster_with_a_member_down_and_a_hold() {
+    /// Three voters, one of them down, and a launch held for a minute.
+    fn observation() -> Observation {
         let members = vec![voter(1), voter(2), voter(3)];
-        let obs = Observation {
+        Observation {
             desired_capacity: 3,
             instances: vec![Instance {
                 id: "i-4".into(),
@@ -262,7 +262,12 @@ mod tests {
             suspended: Default::default(),
             backups_failing: None,
             now: 1000,
-        };
+        }
+    }
+
+    #[test]
+    fn the_state_of_a_cluster_with_a_member_down_and_a_hold() {
+        let obs = observation();
         let m = Metrics::observed(&obs, &[]);
         assert_eq!(
             m.get("MemberCertDaysLeft"),
@@ -284,6 +289,57 @@ mod tests {
         assert_eq!(m.get("OldestLaunchHoldSeconds"), Some(60));
         assert_eq!(m.get("DbSizeBytes"), Some(300));
         assert_eq!(m.get("DbSizeInUseBytes"), Some(100));
+    }
+
+    #[test]
+    fn every_metric_a_wait_feeds_is_counted() {
+        let obs = observation();
+        // Every metric a wait feeds (`Wait::feeds`) is one this sets, counting it: a name
+        // misspelt there would count nothing.
+        let waits = [
+            Wait::VersionGate {
+                instance: "i-4".into(),
+                why: "floor".into(),
+            },
+            Wait::VersionUnknown {
+                instance: "i-4".into(),
+            },
+            Wait::NoRestorableBackup {
+                instance: "i-4".into(),
+                seed_version: "3.5".into(),
+                backup: "k".into(),
+                needs: "3.6".into(),
+            },
+            Wait::ReplacementSuspended {
+                instance: "i-4".into(),
+                processes: vec!["ReplaceUnhealthy".into()],
+            },
+            Wait::MemberUnreachableFromFunction {
+                instance: "i-3".into(),
+                member: MemberId(3),
+                down_secs: 60,
+            },
+            Wait::LiveDataOverQuota {
+                in_use: 2,
+                quota: 1,
+            },
+            Wait::QuorumGuard {
+                member: MemberId(2),
+                instance: Some("i-2".into()),
+                blocking: vec![MemberId(3)],
+            },
+        ];
+        let fed = Metrics::observed(&obs, &waits);
+        assert_eq!(fed.get("VersionGated"), Some(3));
+        for w in &waits {
+            assert!(!w.feeds().is_empty(), "{w} feeds a metric");
+            for name in w.feeds() {
+                assert!(
+                    fed.get(name) >= Some(1),
+                    "{w} feeds {name}, which is not counted"
+                );
+            }
+        }
     }
 
     #[test]
