@@ -9,6 +9,7 @@ pub mod config;
 pub mod dry_run;
 pub mod error;
 pub mod event;
+pub mod live;
 pub mod metrics;
 pub mod model;
 pub mod pki;

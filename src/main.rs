@@ -2,8 +2,8 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use etcd_asg_lifecycle::adapters;
 use etcd_asg_lifecycle::metrics::Metrics;
+use etcd_asg_lifecycle::{adapters, live};
 use etcd_asg_lifecycle::{Config, Response};
 use lambda_runtime::{run, service_fn, tracing, Diagnostic, LambdaEvent};
 use serde_json::Value;
@@ -19,7 +19,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let aws = adapters::aws_config(adapters::FUNCTION_APP).await;
     // No AWS call before the first poll: the hooks' check and the CA are the first
     // invocation's (`Reconciler::prepare`).
-    let reconciler = adapters::connect(config, &aws)
+    let reconciler = live::connect(config, &aws)
         .inspect_err(|e| tracing::error!(error = ?e, kind = %e.kind(), "cannot start"))?;
     let reconciler = &reconciler;
     run(service_fn(move |event: LambdaEvent<Value>| async move {

@@ -16,6 +16,12 @@ pub const NAMESPACE: &str = "EtcdAsgLifecycle";
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
 pub struct Metrics(pub BTreeMap<String, (i64, &'static str)>);
 
+/// How many of the plan's waits feed metric `name` (what feeds which is the wait's to say:
+/// `Wait::feeds`).
+fn fed(waits: &[Wait], name: &str) -> i64 {
+    waits.iter().filter(|w| w.feeds().contains(&name)).count() as i64
+}
+
 impl Metrics {
     fn set(&mut self, name: impl Into<String>, value: i64, unit: &'static str) {
         self.0.insert(name.into(), (value, unit));
@@ -43,18 +49,7 @@ impl Metrics {
     /// unknown, and restores with no backup the seed's etcd can read (VersionGateAlarm); members
     /// etcd raised its CORRUPT alarm for (CorruptMemberAlarm).
     fn versions(&mut self, obs: &Observation, waits: &[Wait]) {
-        let gated = waits
-            .iter()
-            .filter(|w| {
-                matches!(
-                    w,
-                    Wait::VersionGate { .. }
-                        | Wait::VersionUnknown { .. }
-                        | Wait::NoRestorableBackup { .. }
-                )
-            })
-            .count();
-        self.set("VersionGated", gated as i64, "Count");
+        self.set("VersionGated", fed(waits, "VersionGated"), "Count");
         if let ClusterState::Known(view) = &obs.cluster {
             self.set("CorruptMembers", view.corrupt().len() as i64, "Count");
         }
@@ -80,11 +75,8 @@ impl Metrics {
         m.set("ZoneRisk", i64::from(risk), "Count");
         // Members due to be replaced that the group will not replace, its processes suspended
         // (ReplacementSuspendedAlarm).
-        let suspended = waits
-            .iter()
-            .filter(|w| matches!(w, Wait::ReplacementSuspended { .. }))
-            .count();
-        m.set("ReplacementsSuspended", suspended as i64, "Count");
+        let suspended = fed(waits, "ReplacementsSuspended");
+        m.set("ReplacementsSuspended", suspended, "Count");
         m.versions(obs, waits);
         if obs.backups_failing.is_some() {
             // Once per invocation: its listing, a snapshot or an upload failed (BackupFailingAlarm).
@@ -108,14 +100,9 @@ impl Metrics {
         }
         // Voters down for the function alone (their peers connected to them): never replaced
         // on that view (MemberUnreachableFromFunctionAlarm).
-        let cut_off = waits
-            .iter()
-            .filter(|w| matches!(w, Wait::MemberUnreachableFromFunction { .. }))
-            .count();
-        m.set("MemberUnreachableFromFunction", cut_off as i64, "Count");
-        let over = waits
-            .iter()
-            .any(|w| matches!(w, Wait::LiveDataOverQuota { .. }));
+        let cut_off = fed(waits, "MemberUnreachableFromFunction");
+        m.set("MemberUnreachableFromFunction", cut_off, "Count");
+        let over = fed(waits, "LiveDataOverQuota") > 0;
         m.set("LiveDataOverQuota", i64::from(over), "Count");
         if let Some(record) = &obs.published.cluster {
             if let Some(b) = crate::planner::snapshots::latest(&obs.backups, &record.token) {
@@ -151,19 +138,7 @@ impl Metrics {
             .filter(|i| i.state == LifecycleState::TerminatingWait)
             .count();
         self.set("TerminationsHeld", terminating as i64, "Count");
-        let guarded = waits
-            .iter()
-            .filter(|w| {
-                matches!(
-                    w,
-                    Wait::QuorumGuard {
-                        instance: Some(_),
-                        ..
-                    }
-                )
-            })
-            .count();
-        self.set("HeldForQuorum", guarded as i64, "Count");
+        self.set("HeldForQuorum", fed(waits, "HeldForQuorum"), "Count");
         let unreachable_holds = crate::planner::held_while_unreachable(obs).len();
         self.set("HeldWhileUnreachable", unreachable_holds as i64, "Count");
     }
@@ -242,10 +217,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_state_of_a_cluster_with_a_member_down_and_a_hold() {
+    /// Three voters, one of them down, and a launch held for a minute.
+    fn observation() -> Observation {
         let members = vec![voter(1), voter(2), voter(3)];
-        let obs = Observation {
+        Observation {
             desired_capacity: 3,
             instances: vec![Instance {
                 id: "i-4".into(),
@@ -281,7 +256,12 @@ mod tests {
             }),
             now: 1000,
             ..Observation::for_tests()
-        };
+        }
+    }
+
+    #[test]
+    fn the_state_of_a_cluster_with_a_member_down_and_a_hold() {
+        let obs = observation();
         let m = Metrics::observed(&obs, &[]);
         assert_eq!(
             m.get("MemberCertDaysLeft"),
@@ -303,6 +283,57 @@ mod tests {
         assert_eq!(m.get("OldestLaunchHoldSeconds"), Some(60));
         assert_eq!(m.get("DbSizeBytes"), Some(300));
         assert_eq!(m.get("DbSizeInUseBytes"), Some(100));
+    }
+
+    #[test]
+    fn every_metric_a_wait_feeds_is_counted() {
+        let obs = observation();
+        // Every metric a wait feeds (`Wait::feeds`) is one this sets, counting it: a name
+        // misspelt there would count nothing.
+        let waits = [
+            Wait::VersionGate {
+                instance: "i-4".into(),
+                why: "floor".into(),
+            },
+            Wait::VersionUnknown {
+                instance: "i-4".into(),
+            },
+            Wait::NoRestorableBackup {
+                instance: "i-4".into(),
+                seed_version: "3.5".into(),
+                backup: "k".into(),
+                needs: "3.6".into(),
+            },
+            Wait::ReplacementSuspended {
+                instance: "i-4".into(),
+                processes: vec!["ReplaceUnhealthy".into()],
+            },
+            Wait::MemberUnreachableFromFunction {
+                instance: "i-3".into(),
+                member: MemberId(3),
+                down_secs: 60,
+            },
+            Wait::LiveDataOverQuota {
+                in_use: 2,
+                quota: 1,
+            },
+            Wait::QuorumGuard {
+                member: MemberId(2),
+                instance: Some("i-2".into()),
+                blocking: vec![MemberId(3)],
+            },
+        ];
+        let fed = Metrics::observed(&obs, &waits);
+        assert_eq!(fed.get("VersionGated"), Some(3));
+        for w in &waits {
+            assert!(!w.feeds().is_empty(), "{w} feeds a metric");
+            for name in w.feeds() {
+                assert!(
+                    fed.get(name) >= Some(1),
+                    "{w} feeds {name}, which is not counted"
+                );
+            }
+        }
     }
 
     #[test]

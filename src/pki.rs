@@ -99,7 +99,7 @@ pub struct Ca {
     pub key_pem: KeyPem,
     pub not_after: Timestamp,
     /// The key members and the function sign etcd's tokens with (PKCS#8 PEM, ECDSA P-256):
-    /// kept in a parameter of its own and set after loading (`adapters::cluster_ca`). None: a
+    /// kept in a parameter of its own and set after loading (`reconciler::setup::cluster_ca`). None: a
     /// caller that only issues certificates (or the tables' CA).
     #[serde(skip)]
     pub token_key: Option<KeyPem>,

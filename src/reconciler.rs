@@ -1,15 +1,20 @@
 //! The handler: validate the event, then observe → plan → apply until nothing is left to do or
 //! the invocation's time is up. Every step looks before it acts, so replays are no-ops.
 //!
-//! One invocation's state is an `Invocation` (`invocation.rs`); applying a step is its
-//! translation into port calls (`apply.rs`). What to do next is always the planner's.
+//! By phase: an environment's identity and set-up, before its first observation (`setup.rs`:
+//! hooks, warm pools, the stack's CA and token key); one look at the world (`observe.rs`, the
+//! one reader of ADOPT_ENDPOINTS here); then this loop. One invocation's state is an
+//! `Invocation` (`invocation.rs`); applying a step is its translation into port calls
+//! (`apply.rs`); held hooks are heartbeated whatever fails (`heartbeats.rs`). What to do next
+//! is always the planner's.
 
 mod apply;
 mod heartbeats;
 mod invocation;
+mod observe;
+pub mod setup;
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -20,13 +25,13 @@ use tracing::{info, warn, Instrument};
 use crate::config::Config;
 use crate::error::{Class, Error};
 use crate::event::{self, Expected, Trigger};
-use crate::model::{Observation, Timestamp, Transition};
+use crate::model::{Observation, Timestamp};
 use crate::planner::{self, Plan, Step, Wait};
 use crate::ports::{Backups, Group, Lifecycle, Members, NoBackups, PublishedConfig, Secrets};
 
 pub use heartbeats::Keeper;
 pub use invocation::{HeldTermination, Response, Stats};
-use invocation::{Invocation, Listed, Meter, Next, Seen};
+use invocation::{Invocation, Meter, Next};
 
 /// Steps one invocation applies at most: a bound on a plan that would not converge.
 const MAX_STEPS: usize = 64;
@@ -73,9 +78,6 @@ pub struct Reconciler<G, L, P, M, B = NoBackups> {
     /// What the heartbeats of held hooks need, kept for the environment (`heartbeats`).
     pub hooks: Keeper,
 }
-
-/// How long backups wait after a backup step failed in this environment.
-const BACKUP_RETRY_AFTER: Duration = Duration::from_secs(120);
 
 /// How one pass of the loop ended.
 enum Pass {
@@ -182,269 +184,6 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
                 Err(inv.beats_failed.swap_remove(0))
             }
             outcome => outcome,
-        }
-    }
-
-    /// What an environment needs AWS for before its first observation, done by its first
-    /// invocation rather than at cold start (which then makes no call at all): the group's hooks
-    /// exist, and with TLS=managed the cluster's CA and token key are read (or created) and the
-    /// etcd client presents the function's certificate. A failure fails that invocation
-    /// (`Fatal.Config` for a missing hook) and the next one tries again.
-    pub async fn prepare(&self) -> Result<(), Error> {
-        self.prepared
-            .get_or_try_init(|| async {
-                self.check_hooks().await?;
-                self.refuse_warm_pool().await
-            })
-            .await?;
-        self.identify().await
-    }
-
-    /// TLS=managed: the cluster's CA and token key, read (or created), and the etcd client
-    /// presenting the function's certificate; with ADOPT_ENDPOINTS, the adopted cluster's root
-    /// password where the operator stored one. What the CLI needs before it observes. Each
-    /// invocation: done once, it costs nothing.
-    pub async fn identify(&self) -> Result<(), Error> {
-        self.adopted_root_password().await?;
-        if self.config.pki.is_none() {
-            return Ok(());
-        }
-        let ca = match self.ca.get() {
-            Some(ca) => ca,
-            None => {
-                let name = &self.config.settings.cluster_name;
-                // A cluster adopted over TLS: its own CA, imported by the operator (`etcd-asg
-                // adopt-secrets`); one of our own would be trusted by none of its members.
-                let adopt_tls = self
-                    .config
-                    .settings
-                    .adopt
-                    .iter()
-                    .any(|u| u.starts_with("https://"));
-                match cluster_ca(&self.published, name, (self.clock)(), !adopt_tls).await? {
-                    Some(ca) => self.ca.get_or_init(|| ca),
-                    None => {
-                        tracing::error!(
-                            "ADOPT_ENDPOINTS names a cluster with TLS, and its CA is not imported \
-                             yet: etcd-asg adopt-secrets --ca-cert FILE --ca-key FILE (docs/adopting.md)"
-                        );
-                        return Ok(());
-                    }
-                }
-            }
-        };
-        self.members.identify(ca)
-    }
-
-    /// An adopted cluster's root password, if the operator stored one, handed to the etcd
-    /// client: while ADOPT_ENDPOINTS is set, and with TLS=off for good (a plain-HTTP cluster
-    /// adopted with authentication on has no root but by it: the function signs tokens only
-    /// with TLS=managed). Read each invocation (one parameter): a password corrected by the
-    /// operator is used at once, by warm environments too. Not read: a WARN, and the invocation
-    /// goes on (heartbeats need nothing of it).
-    async fn adopted_root_password(&self) -> Result<(), Error> {
-        let adopt = &self.config.settings.adopt;
-        if adopt.is_empty() && self.config.pki.is_some() {
-            return Ok(());
-        }
-        match self.published.load_root_password().await {
-            Ok(Some(password)) => self.members.use_root_password(password, adopt),
-            Ok(None) => {}
-            Err(e) => tracing::warn!(error = %e, "the adopted cluster's root password not read"),
-        }
-        Ok(())
-    }
-
-    /// Warm pools are not supported: Auto Scaling stops an instance as soon as it launches into
-    /// the pool, without waiting for its user data, and cloud-init runs user data only at the
-    /// first boot; the launch hook pauses it twice, and with ReuseOnScaleIn a member's instance
-    /// goes back into the pool with its data
-    /// (<https://docs.aws.amazon.com/autoscaling/ec2/userguide/warm-pool-instance-lifecycle.html>).
-    /// A group that has one fails every invocation (`Fatal.Config`) until the pool is deleted.
-    pub async fn refuse_warm_pool(&self) -> Result<(), Error> {
-        if !self.group.has_warm_pool().await? {
-            return Ok(());
-        }
-        Err(Error::Config {
-            var: "ASG_NAME".into(),
-            value: self.config.group_name.clone(),
-            reason: "has a warm pool, which etcd-asg-lifecycle does not support (a warm instance is stopped before its boot script runs, and one reused on scale-in keeps a removed member's data): delete it (aws autoscaling delete-warm-pool --auto-scaling-group-name <group> --force-delete)".into(),
-        })
-    }
-
-    /// Both hooks must exist on the group, or no instance would ever be held for us (and every
-    /// event would be for nothing).
-    pub async fn check_hooks(&self) -> Result<(), Error> {
-        let hooks = self.lifecycle.hooks().await?;
-        let names: Vec<&String> = hooks.iter().map(|h| &h.name).collect();
-        let mut timeouts = std::collections::BTreeMap::new();
-        for (var, hook, transition) in [
-            (
-                "LAUNCH_HOOK_NAME",
-                &self.config.launch_hook,
-                Transition::Launch,
-            ),
-            (
-                "TERMINATE_HOOK_NAME",
-                &self.config.terminate_hook,
-                Transition::Terminate,
-            ),
-        ] {
-            if let Some(h) = hooks.iter().find(|h| &h.name == hook) {
-                timeouts.insert(transition, h.heartbeat_timeout);
-            } else {
-                return Err(Error::Config {
-                    var: var.into(),
-                    value: hook.clone(),
-                    reason: format!(
-                        "is not a lifecycle hook of group {:?} (it has {names:?})",
-                        self.config.group_name
-                    ),
-                });
-            }
-        }
-        let _ = self.hooks.timeouts.set(timeouts);
-        Ok(())
-    }
-
-    /// One look at the world and what the planner makes of it, changing nothing: what the CLI's
-    /// `status` and `plan` show.
-    pub async fn look(&self) -> Result<(Observation, planner::Plan), Error> {
-        let obs = self
-            .observe(&Meter::default(), &mut Seen::default(), None)
-            .await?;
-        let plan = planner::assess(&obs, &self.config.settings);
-        Ok((obs, plan))
-    }
-
-    /// Group, then parameters, then etcd: a config is written only after its member exists, so a
-    /// config seen here without its member means the member has since been removed. etcd is
-    /// asked every time; AWS only for what this invocation has not `seen` (or no longer trusts).
-    /// With `beats` (an invocation's; not the CLI's look), the held hooks that are due are
-    /// heartbeated right after the group is read, before anything else can fail, and their
-    /// failures go there. EC2 failing for some instances leaves them the address they were
-    /// published with (`GroupState::with_published_addresses`), never a failed observation.
-    /// A listing of the bucket that fails, or a backup that failed in this environment lately,
-    /// is why the store is not used: membership goes on without it.
-    async fn observe(
-        &self,
-        meter: &Meter,
-        seen: &mut Seen,
-        beats: Option<&mut Vec<Error>>,
-    ) -> Result<Observation, Error> {
-        meter.observations.fetch_add(1, Ordering::Relaxed);
-        seen.forget_stale_group();
-        if seen.group.is_none() {
-            let listed = match seen.listed.take() {
-                Some(listed) => listed,
-                None => meter.aws(self.group.list()).await?,
-            };
-            if let Some(beats) = beats {
-                self.hooks.listed(&listed);
-                let due = self.hooks.keep_alive(&self.lifecycle, meter, meter.bound());
-                beats.extend(due.await);
-            }
-            let located = meter.aws(async { Ok(self.group.locate(listed).await) });
-            seen.group = Some((located.await?, Instant::now()));
-        } else if let Some(beats) = beats {
-            let due = self.hooks.keep_alive(&self.lifecycle, meter, meter.bound());
-            beats.extend(due.await);
-        }
-        if seen.published.is_none() {
-            let published = meter.aws(self.published.load()).await?;
-            self.adopted_or_not(&published);
-            seen.published = Some(published);
-        }
-        let (group, published) = match (&seen.group, &seen.published) {
-            (Some((group, _)), Some(published)) => (group.clone(), published.clone()),
-            _ => unreachable!("both read above"),
-        };
-        let group = group.with_published_addresses(&published);
-        let topology = &self.config.settings.topology;
-        let mut present: Vec<_> = group
-            .instances
-            .iter()
-            .filter(|i| i.state.is_present())
-            .collect();
-        present.sort_by(|a, b| (a.launched_at, &a.id).cmp(&(b.launched_at, &b.id)));
-        let mut endpoints: Vec<String> = present
-            .iter()
-            .filter_map(|i| i.address.as_deref().map(|a| topology.client_url(a)))
-            .collect();
-        // A cluster to adopt, or being adopted, answers at its own endpoints too.
-        let adopting = published
-            .cluster
-            .as_ref()
-            .is_none_or(|r| r.adopting.is_some());
-        if adopting {
-            endpoints.extend(self.config.settings.adopt.iter().cloned());
-        }
-        let expected = published.cluster.as_ref().and_then(|r| r.cluster_id);
-        let cluster = meter
-            .cluster(self.members.observe(&endpoints, expected))
-            .await?;
-        let (listing, backups_failing) = self.backups(meter, &mut seen.backups).await;
-        Ok(Observation {
-            instances: group.instances,
-            desired_capacity: group.desired_capacity,
-            undescribed: group.undescribed,
-            zones: group.zones,
-            suspended: group.suspended,
-            cluster,
-            published,
-            backups: listing.complete,
-            incomplete_backups: listing.incomplete,
-            backups_failing,
-            now: (self.clock)(),
-        })
-    }
-
-    /// ADOPT_ENDPOINTS set on a stack whose cluster was not adopted (it started its own first:
-    /// deployed without it, then updated): the endpoints are ignored, and clients given both
-    /// would write to two clusters. Said on every invocation until one or the other is changed.
-    fn adopted_or_not(&self, published: &crate::model::PublishedState) {
-        let Some(record) = published.cluster.as_ref() else {
-            return;
-        };
-        let adopted = record.adopting.is_some() || record.token.contains("-adopted-");
-        if !self.config.settings.adopt.is_empty() && !adopted {
-            tracing::error!(
-                token = %record.token,
-                "ADOPT_ENDPOINTS is set, but this stack's cluster was not adopted (it started its \
-                 own before): the endpoints are ignored; two clusters run, keep their clients apart"
-            );
-        }
-    }
-
-    /// The backups, or why the store is not used this invocation.
-    async fn backups(
-        &self,
-        meter: &Meter,
-        listed: &mut Listed,
-    ) -> (crate::model::BackupListing, Option<String>) {
-        let Some(store) = &self.backups else {
-            return Default::default();
-        };
-        let failed_at = *self.backup_failed_at.lock().unwrap();
-        if let Some(at) = failed_at.filter(|at| at.elapsed() < BACKUP_RETRY_AFTER) {
-            if listed.is_none() {
-                *listed = Some(Err(format!(
-                    "a backup failed {} s ago in this environment; backups wait {} s after a failure",
-                    at.elapsed().as_secs(),
-                    BACKUP_RETRY_AFTER.as_secs()
-                )));
-            }
-        }
-        if listed.is_none() {
-            *listed = Some(meter.aws(store.list()).await.map_err(|e| {
-                tracing::error!(error = ?e, "the backup store cannot be listed: going on without backups this invocation");
-                e.to_string()
-            }));
-        }
-        match listed {
-            Some(Ok(found)) => (found.clone(), None),
-            Some(Err(why)) => (Default::default(), Some(why.clone())),
-            None => Default::default(),
         }
     }
 
@@ -668,71 +407,6 @@ fn report_holds(obs: &Observation, wait: &Wait) {
         if hold.while_unreachable {
             warn!(instance = %hold.instance, "terminate hook held while the cluster is unreachable: its member may hold the newest writes (an answering member lists it as a voter, or none answers and it has this generation's config); it goes once it answers, or when an operator completes its lifecycle action");
         }
-    }
-}
-
-/// TLS=managed: the cluster's CA and its token key, each created (create-only) if there is none
-/// yet; the CA only if `create` (None: there is none, and it is not ours to make). The CA's
-/// remaining life is logged each time.
-pub async fn cluster_ca(
-    secrets: &impl Secrets,
-    cluster: &str,
-    now: Timestamp,
-    create: bool,
-) -> Result<Option<crate::pki::Ca>, Error> {
-    if !create && secrets.load_ca().await?.is_none() {
-        return Ok(None);
-    }
-    let mut ca = load_or_create(
-        "CA",
-        async || secrets.load_ca().await,
-        || crate::pki::Ca::generate(cluster, now),
-        async |fresh| secrets.create_ca(fresh).await,
-    )
-    .await?;
-    ca.token_key = Some(
-        load_or_create(
-            "token key",
-            async || secrets.load_token_key().await,
-            crate::pki::generate_token_key,
-            async |fresh| secrets.create_token_key(fresh).await,
-        )
-        .await?,
-    );
-    let days_left = (ca.not_after - now) / 86_400;
-    if days_left < 365 {
-        tracing::error!(
-            days_left,
-            not_after = ca.not_after,
-            "the cluster's CA ends within a year: plan its replacement (README, TLS)"
-        );
-    } else {
-        tracing::info!(days_left, not_after = ca.not_after, "cluster CA");
-    }
-    Ok(Some(ca))
-}
-
-/// One of the cluster's secrets that exists once: read it, else create it (create-only); when
-/// another invocation created it first, read that one.
-async fn load_or_create<T>(
-    what: &'static str,
-    load: impl AsyncFn() -> Result<Option<T>, Error>,
-    generate: impl FnOnce() -> Result<T, Error>,
-    create: impl AsyncFnOnce(&T) -> Result<crate::ports::Created, Error>,
-) -> Result<T, Error> {
-    if let Some(found) = load().await? {
-        return Ok(found);
-    }
-    let fresh = generate()?;
-    match create(&fresh).await? {
-        crate::ports::Created::Created => {
-            tracing::warn!("created the cluster's {what}");
-            Ok(fresh)
-        }
-        crate::ports::Created::AlreadyExists => load().await?.ok_or(Error::Pki {
-            what: "reading a cluster secret",
-            detail: format!("the {what} exists and then does not: deleted by hand?"),
-        }),
     }
 }
 

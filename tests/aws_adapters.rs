@@ -541,11 +541,11 @@ async fn the_ca_and_member_keys_are_kept_as_secure_strings_created_once() {
     let (store, ssm) = ssm_store(&moto, "/etcd-asg-lifecycle/pki").await;
     let now = 1_800_000_000;
     // The first cold start creates the CA; every later one (and a racing one) reads that one.
-    let ca = etcd_asg_lifecycle::reconciler::cluster_ca(&store, "pki", now, true)
+    let ca = etcd_asg_lifecycle::reconciler::setup::cluster_ca(&store, "pki", now, true)
         .await
         .unwrap()
         .unwrap();
-    let again = etcd_asg_lifecycle::reconciler::cluster_ca(&store, "pki", now + 5, false)
+    let again = etcd_asg_lifecycle::reconciler::setup::cluster_ca(&store, "pki", now + 5, false)
         .await
         .unwrap()
         .unwrap();

@@ -43,7 +43,7 @@ GO_DIRS = ("tests",)
 SKIP_DIRS = {"node_modules", ".git", "__pycache__", "venv", ".venv", "site-packages"}
 # A directory of rule files, ranked by its mod.rs: its shared files, the only ones a rule file
 # may import of its siblings.
-RULE_DIRS = {("planner",): {"context", "step", "snapshots"}}
+RULE_DIRS = {("planner",): {"context", "step", "wait", "snapshots"}}
 
 
 def module_of(path: Path) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use etcd_asg_lifecycle::adapters::{self, autoscaling::settings_of_stack};
 use etcd_asg_lifecycle::cli::commands;
+use etcd_asg_lifecycle::live;
 use etcd_asg_lifecycle::{Config, Error};
 
 /// Show and explain what etcd-asg-lifecycle sees, and what it would do next.
@@ -132,7 +133,7 @@ async fn run(args: Args) -> Result<(), Error> {
         }
         None => Config::from_env()?,
     };
-    let live = adapters::connect(config, &aws)?;
+    let live = live::connect(config, &aws)?;
     if let Command::AdoptSecrets {
         ca_cert,
         ca_key,

@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::adapters::Live;
 use crate::dry_run;
 use crate::error::Error;
 use crate::event;
+use crate::live::Live;
 use crate::model::ClusterState;
 use crate::ports::{Backups, Members, PublishedConfig};
 use crate::reconciler::Response;

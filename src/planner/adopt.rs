@@ -23,7 +23,8 @@
 //! (https://etcd.io/docs/v3.6/learning/design-learner/).
 
 use super::context::Context;
-use super::step::{Step, Wait, STORE_PASSWORD};
+use super::step::{Step, STORE_PASSWORD};
+use super::wait::Wait;
 use crate::model::{Adopting, ClusterRecord, LifecycleState, Member, RecordState};
 use crate::versions::{admission, auth_admission, Admission, Version};
 

@@ -11,7 +11,8 @@
 
 use super::context::{seed_candidate, Context};
 use super::snapshots::{latest, readable, restored, snapshot, source, unrestorable};
-use super::step::{BackupReason, Plan, Step, Wait};
+use super::step::{BackupReason, Plan, Step};
+use super::wait::Wait;
 use crate::config::{BackupPolicy, Recovery, Settings};
 use crate::model::{Alarm, Backup, ClusterRecord, Instance, Observation, FENCE, NOSPACE};
 

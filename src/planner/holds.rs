@@ -9,7 +9,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use super::step::{Step, Wait};
+use super::step::Step;
+use super::wait::Wait;
 use crate::model::{ClusterState, Instance, LifecycleState, Observation, Transition};
 
 /// A lifecycle action the group holds: its instance, and which hook holds it.
@@ -72,7 +73,7 @@ pub struct Hold {
 /// hold acknowledged writes is destroyed on a guess (up to the hook's global timeout).
 /// Launches are then left to their timeout: they hold no data.
 pub fn holds(obs: &Observation, wait: &Wait) -> Vec<Hold> {
-    if matches!(wait, Wait::ClusterUnreachable { .. }) {
+    if wait.holds_only_voters_at_risk() {
         return held_while_unreachable(obs)
             .into_iter()
             .map(|instance| Hold {

@@ -2,7 +2,8 @@
 //! only once they are started voters.
 
 use super::context::{by_age, certificate, Context};
-use super::step::{Removal, Step, Wait};
+use super::step::{Removal, Step};
+use super::wait::Wait;
 use crate::model::{
     ActionResult, InitialState, Instance, LifecycleState, Member, MemberConfig, Transition,
 };

@@ -2,7 +2,8 @@
 //! and voters that are dead, of an old generation or near their certificate's end are replaced.
 
 use super::context::{by_age, unpublish, Context};
-use super::step::{Removal, Replacement, Step, Wait};
+use super::step::{Removal, Replacement, Step};
+use super::wait::Wait;
 use crate::model::{ActionResult, Instance, LifecycleState, Member, MemberId, Transition};
 
 /// A member that has to go, and why.

@@ -16,7 +16,8 @@
 //! Every voter must answer with its status, and every member be a started voter, or nothing here
 //! runs: defragmenting one member while another is down risks the quorum.
 
-use super::step::{Step, Wait};
+use super::step::Step;
+use super::wait::Wait;
 use crate::config::Settings;
 use crate::model::{ClusterView, Member, MemberStatus, NOSPACE};
 

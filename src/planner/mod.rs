@@ -63,8 +63,9 @@
 //! - `zones.rs`: what one Availability Zone's loss would cost (a report for metrics and
 //!   `status`, not a rule);
 //! - shared by the rule files, importing none: `snapshots.rs` (what a backup is and which member
-//!   to take it from), `context.rs` (what every rule reads), `step.rs` (the steps, the waits and
-//!   their one rendering);
+//!   to take it from), `context.rs` (what every rule reads), `step.rs` (the steps and their one
+//!   rendering), `wait.rs` (what a wait means, all of it: its name, reason, rendering, hold,
+//!   log line and level, and the metrics it feeds);
 //! - `tests.rs`: the table tests' shared world (`given`); the tests themselves sit in `tests/`, a
 //!   file per rule file (`tests/record.rs` for `record.rs`, …), the ranking's in
 //!   `tests/ranking.rs`.
@@ -86,14 +87,14 @@ mod record;
 pub mod recovery;
 pub mod snapshots;
 mod step;
+mod wait;
 pub mod zones;
 
 pub use holds::{
     due, held, held_while_unreachable, holds, released, Held, Hold, BEAT_EVERY, RELEASE_FOR,
 };
-pub use step::{
-    BackupReason, MemberCertificate, Plan, Removal, Replacement, StaleRequest, Step, Wait,
-};
+pub use step::{BackupReason, MemberCertificate, Plan, Removal, Replacement, Step};
+pub use wait::{Fields, Level, Report, StaleRequest, Wait};
 
 use crate::config::Settings;
 use crate::model::{ClusterRecord, ClusterState, Observation, Survivor};

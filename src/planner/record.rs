@@ -1,7 +1,8 @@
 //! Rules 0 and 1: the cluster record stays true, and a cluster is bootstrapped exactly once.
 
 use super::context::{by_age, certificate, needs_certificate, seed_candidate, unpublish, Context};
-use super::step::{MemberCertificate, Plan, Step, Wait, STORE_PASSWORD};
+use super::step::{MemberCertificate, Plan, Step, STORE_PASSWORD};
+use super::wait::Wait;
 use crate::config::Settings;
 use crate::model::{
     ActionResult, ClusterRecord, InitialState, Instance, LifecycleState, MemberConfig, Observation,

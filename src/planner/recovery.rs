@@ -10,7 +10,8 @@
 
 use super::context::seed_candidate;
 use super::snapshots::{facts, latest, lineage, readable, restored, unrestorable};
-use super::step::{BackupReason, Plan, StaleRequest, Step, Wait};
+use super::step::{BackupReason, Plan, Step};
+use super::wait::{StaleRequest, Wait};
 use crate::config::{BackupPolicy, Recovery, Settings};
 use crate::model::{
     quorum, ActionResult, Backup, BackupRef, ClusterRecord, Instance, LifecycleState, Observation,

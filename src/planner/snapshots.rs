@@ -6,7 +6,8 @@
 //! No rule lives here: the ranking (`mod.rs`) asks the rule files, which ask this one.
 
 use super::context::Context;
-use super::step::{BackupReason, Step, Wait};
+use super::step::{BackupReason, Step};
+use super::wait::Wait;
 use crate::config::Settings;
 use crate::model::{
     Backup, BackupRef, ClusterRecord, ClusterView, Instance, MemberId, MemberStatus, Observation,

@@ -15,7 +15,7 @@ use crate::metrics::Metrics;
 use crate::model::{
     BackupListing, ClusterState, GroupState, Observation, PublishedState, Timestamp, Written,
 };
-use crate::planner::{Plan, Step, Wait};
+use crate::planner::{Level, Plan, Report, Step, Wait};
 
 /// What an invocation returns. A rejected event is a successful invocation: retrying it cannot
 /// make it valid, and the log line says why it was refused.
@@ -214,11 +214,7 @@ impl Seen {
 
     /// Before polling `wait` again: the group, if the wait is about it.
     pub fn polling(&mut self, wait: &Wait) {
-        let about_the_group = matches!(
-            wait,
-            Wait::LastVoterHeld { .. } | Wait::LastVoterAwaitsReplacement { .. }
-        );
-        if about_the_group {
+        if wait.is_about_the_group() {
             self.group = None;
         }
     }
@@ -429,53 +425,51 @@ impl Invocation {
     }
 }
 
-/// The waits an operator must hear of on every invocation they last, as their own log lines.
+/// The waits an operator must hear of on every invocation they last, as their own log lines
+/// (`Wait::report`).
 fn report(waits: &[Wait], held_for_quorum: &[HeldTermination]) {
-    for w in waits {
-        match w {
-            Wait::LiveDataOverQuota { in_use, quota } => tracing::error!(
-                in_use,
-                quota,
-                "NOSPACE: the live data alone fills the backend quota even with all history \
-                 compacted and every member defragmented; the alarm stays until data is deleted \
-                 (or members are replaced with a larger QUOTA_BACKEND_BYTES)"
-            ),
-            Wait::AwaitRestoreRequest { stale: Some(s) } => warn!(
-                request = %crate::event::shown(&s.request),
-                requested_at = s.requested_at,
-                generation_created_at = s.generation_created_at,
-                "ignoring a restore request older than the cluster's current generation: put a \
-                 new one for this loss"
-            ),
-            Wait::VersionGate { instance, why } => {
-                warn!(%instance, %why, "launch held by the version gate")
-            }
-            Wait::AdoptionRefused { why } => {
-                tracing::error!(?why, "adoption refused: nothing changed")
-            }
-            Wait::AdoptedMemberDown {
-                last_margin: true, ..
-            } => {
-                tracing::error!(wait = %w, why = %w.why(), "adopted member down: an operator's call")
-            }
-            Wait::AdoptedMemberDown { .. } => {
-                warn!(wait = %w, why = %w.why(), "adopted member down")
-            }
-            Wait::VersionUnknown { .. } | Wait::NoRestorableBackup { .. } => {
-                tracing::error!(wait = %w, why = %w.why(), "held: etcd versions")
-            }
-            Wait::CorruptMajority { members } => tracing::error!(
-                ?members,
-                "CORRUPT alarms name too many members to replace while a quorum stays: an \
-                 operator must decide whose data to keep (docs/failure-modes.md)"
-            ),
-            _ => {}
-        }
+    for report in waits.iter().filter_map(Wait::report) {
+        log(&report);
     }
     for h in held_for_quorum {
         warn!(instance = %h.instance, member = %h.member, blocking = ?h.blocking,
             "terminate hook held: removing this member now would cost quorum; the blocking \
              members are down");
+    }
+}
+
+/// A wait's report, at its level; the fields it lacks are left out of the line.
+fn log(report: &Report) {
+    use tracing::field::display;
+    let f = &report.fields;
+    let wait = f.wait.as_deref().map(display);
+    let request = f.request.as_deref().map(display);
+    let instance = f.instance.as_deref().map(display);
+    let why = f.why.as_deref().map(display);
+    let members = f.members.as_deref().map(display);
+    let (in_use, quota) = (f.in_use, f.quota);
+    let (requested_at, generation_created_at) = (f.requested_at, f.generation_created_at);
+    macro_rules! line {
+        ($level:ident) => {
+            tracing::$level!(
+                wait,
+                in_use,
+                quota,
+                request,
+                requested_at,
+                generation_created_at,
+                instance,
+                why,
+                members,
+                "{}",
+                report.message
+            )
+        };
+    }
+    match report.level {
+        Level::Info => line!(info),
+        Level::Warn => line!(warn),
+        Level::Error => line!(error),
     }
 }
 

@@ -1419,7 +1419,7 @@ async fn a_cluster_secret_created_first_by_another_invocation_is_read_not_replac
     use crate::ports::Created;
     use std::sync::atomic::{AtomicUsize, Ordering};
     // Nothing there: the fresh one is created and used.
-    let got = super::load_or_create(
+    let got = super::setup::load_or_create(
         "CA",
         async || Ok(None),
         || Ok("fresh"),
@@ -1430,7 +1430,7 @@ async fn a_cluster_secret_created_first_by_another_invocation_is_read_not_replac
     assert_eq!(got, "fresh");
     // Absent at the first read, created by another invocation before ours: the winner's.
     let reads = AtomicUsize::new(0);
-    let got = super::load_or_create(
+    let got = super::setup::load_or_create(
         "CA",
         async || Ok((reads.fetch_add(1, Ordering::SeqCst) > 0).then_some("winner")),
         || Ok("fresh"),
@@ -1440,7 +1440,7 @@ async fn a_cluster_secret_created_first_by_another_invocation_is_read_not_replac
     .unwrap();
     assert_eq!((got, reads.load(Ordering::SeqCst)), ("winner", 2));
     // Said to exist, then not there: an error naming it, not a second creation.
-    let e = super::load_or_create(
+    let e = super::setup::load_or_create(
         "token key",
         async || Ok(None::<&str>),
         || Ok("fresh"),
