@@ -80,7 +80,10 @@ func (c *checker) loadWAL() {
 			ev.failed[sig]++
 			continue
 		}
-		if l := logs[o.Header.Cluster]; o.Status == "ok" && unique && l != nil && len(l.At[sig]) > 0 {
+		if o.Status != "ok" || !unique || o.Header == nil {
+			continue // an answer lost on the way has no header
+		}
+		if l := logs[o.Header.Cluster]; l != nil && len(l.At[sig]) > 0 {
 			ev.acked[l.Cluster] = append(ev.acked[l.Cluster], ackAt{index: l.At[sig][0], ret: o.Return})
 		}
 	}
