@@ -252,11 +252,25 @@ pub fn auth_admission(joiner: Version, cluster: Version, auth_enabled: bool) -> 
             "etcd {joiner} cannot join a cluster at version {} with authentication on (etcd does \
              not support a rolling upgrade from 3.4 with auth enabled: 3.5 changed the WAL form \
              of auth entries, https://etcd.io/docs/v3.5/upgrades/upgrade_3_5/): turn \
-             authentication off first (etcdctl auth disable), or run the cluster's minor",
+             authentication off first (etcdctl auth disable; the function turns it on again \
+             only once no member runs 3.4, unless EtcdAuth=off), or run the cluster's minor",
             cluster.minor_str()
         ));
     }
     Admission::Join
+}
+
+/// Whether etcd's authentication may be turned on: never while 3.4 and 3.5 or later meet (a
+/// cluster version of 3.4 or unknown, or a member on 3.4, beside a member on 3.5 or later):
+/// etcd does not support a rolling upgrade from 3.4 with authentication on
+/// (<https://etcd.io/docs/v3.5/upgrades/upgrade_3_5/>; etcd PR #11943 changed the WAL form of
+/// auth entries), the state `auth_admission` keeps joins out of.
+pub fn auth_may_turn_on(cluster: Option<Version>, members: &[Option<Version>]) -> bool {
+    let minor = |v: &Version| (v.major, v.minor);
+    let newer = members.iter().flatten().any(|v| minor(v) >= (3, 5));
+    let old = cluster.is_none_or(|c| minor(&c) <= (3, 4))
+        || members.iter().flatten().any(|v| minor(v) <= (3, 4));
+    !(newer && old)
 }
 
 /// Whether an etcd of `restorer`'s version can restore a snapshot taken on `taken_on`: of its
@@ -353,6 +367,19 @@ mod tests {
 
     /// https://etcd.io/docs/v3.5/upgrades/upgrade_3_5/ (etcd-io/etcd#11943): no rolling upgrade
     /// from 3.4 with authentication on.
+    #[test]
+    fn authentication_never_turns_on_where_3_4_meets_3_5() {
+        let may = |cluster: &str, ms: &[&str]| {
+            let ms: Vec<Option<Version>> = ms.iter().map(|s| s.parse().ok()).collect();
+            auth_may_turn_on(cluster.parse().ok(), &ms)
+        };
+        assert!(!may("3.4.0", &["3.4.23", "3.5.36"]));
+        assert!(!may("3.4.0", &["3.5.36", "3.5.36"])); // the cluster version lags
+        assert!(!may("unknown", &["3.5.36"]));
+        assert!(may("3.4.0", &["3.4.23", "3.4.23"]));
+        assert!(may("3.5.0", &["3.5.36", "3.6.17"]));
+    }
+
     #[test]
     fn auth_admission_table() {
         let cases: &[(&str, &str, bool, bool)] = &[

@@ -29,6 +29,10 @@ pub fn enable(ctx: &Context) -> Option<Step> {
     if adopted && !ctx.settings.etcd_auth_explicit {
         return None;
     }
+    let versions: Vec<_> = v.statuses.values().map(|s| s.etcd_version()).collect();
+    if !crate::versions::auth_may_turn_on(v.cluster_version, &versions) {
+        return None;
+    }
     let ready = v.members.iter().all(|m| {
         !m.is_learner
             && m.is_started()

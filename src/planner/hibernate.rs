@@ -37,25 +37,26 @@ pub fn hibernate(ctx: &Context, last: &Instance) -> Option<Step> {
             why: "the last voter does not answer its status: no snapshot can be taken of it".into(),
         }));
     };
+    // Writes fenced first, whatever backup there is already (NOSPACE, which etcd applies
+    // cluster-wide and which travels in the snapshot): a client on a kept connection can no
+    // longer be told a write is committed that the snapshot lacks, and the revision read from
+    // now on is one after the fence. etcd still applies deletes and lease revocations under
+    // NOSPACE (`applierV3Capped`,
+    // <https://github.com/etcd-io/etcd/blob/v3.6.17/server/etcdserver/apply/apply.go>): one
+    // moves the revision, and the snapshot is taken again.
+    if needs_fence(ctx) {
+        return Some(Step::FenceWrites {
+            alarm: Alarm {
+                member: FENCE,
+                kind: NOSPACE.into(),
+            },
+            endpoint,
+        });
+    }
     let revision = ctx.view.statuses.get(&member).map(|s| s.revision);
     let final_snapshot = latest(&ctx.obs.backups, &record.token)
         .filter(|b| revision.is_some_and(|r| b.revision >= r));
     let Some(backup) = final_snapshot else {
-        // Writes fenced first (NOSPACE, which etcd applies cluster-wide and which travels in the
-        // snapshot): a client on a kept connection can no longer be told a write is committed
-        // that the snapshot lacks. etcd still applies deletes and lease revocations under
-        // NOSPACE (`applierV3Capped`,
-        // <https://github.com/etcd-io/etcd/blob/v3.6.17/server/etcdserver/apply/apply.go>): one
-        // moves the revision, and the snapshot is taken again.
-        if !ctx.view.alarms.iter().any(|a| a.member == FENCE) {
-            return Some(Step::FenceWrites {
-                alarm: Alarm {
-                    member: FENCE,
-                    kind: NOSPACE.into(),
-                },
-                endpoint,
-            });
-        }
         return snapshot(ctx, BackupReason::Final);
     };
     let sleeping = crate::model::Sleeping {
@@ -75,12 +76,38 @@ pub fn hibernate(ctx: &Context, last: &Instance) -> Option<Step> {
     })
 }
 
-/// The function's write fence (`hibernate`) is lifted once the group wants members again: woken
-/// (the alarm travels in the final snapshot to the restored cluster), or scaled back up before
-/// the last voter left. Ranked with the record's bookkeeping: every write waits on it.
+/// Whether the last voter's writes are still to be fenced. Not on a cluster below 3.6 with
+/// authentication on (or whose version is unknown): etcd 3.4 and 3.5 rebuild their applier
+/// chain under NOSPACE without the authorization layer (`newApplierV3Capped(a)` over the bare
+/// backend, <https://github.com/etcd-io/etcd/blob/v3.5.36/server/etcdserver/apply.go>; etcd
+/// PR #22386), so a fence would let any client change users, roles and authentication for as
+/// long as it is up; there the writes of a kept connection after the snapshot stay at risk, as
+/// docs/backups.md says. 3.6 rewraps the whole chain.
+fn needs_fence(ctx: &Context) -> bool {
+    let fenced = ctx.view.alarms.iter().any(|a| a.member == FENCE);
+    let unsafe_to_fence = ctx.view.auth_enabled
+        && ctx
+            .view
+            .cluster_version
+            .is_none_or(|v| (v.major, v.minor) < (3, 6));
+    !fenced && !unsafe_to_fence
+}
+
+/// The function's write fence (`hibernate`) is lifted once the group wants members again and
+/// the record no longer says the cluster sleeps: woken from a final snapshot that carries it
+/// (a new generation, not asleep), or scaled back up before the last voter left and a voter
+/// serves again (`record`'s wake). Not while the record sleeps: its last voter may be on its
+/// way out with the action completed, and writes it took then would be lost at the wake.
+/// Ranked with the record's bookkeeping: every write waits on it.
 pub fn unfence(ctx: &Context) -> Option<Step> {
     let alarm = ctx.view.alarms.iter().find(|a| a.member == FENCE)?;
-    (ctx.obs.desired_capacity > 0).then(|| Step::Disarm {
+    let asleep = ctx
+        .obs
+        .published
+        .cluster
+        .as_ref()
+        .is_some_and(|r| r.sleeping.is_some());
+    (ctx.obs.desired_capacity > 0 && !asleep).then(|| Step::Disarm {
         alarm: alarm.clone(),
         endpoint: ctx.view.endpoint.clone(),
     })

@@ -189,12 +189,8 @@ pub fn joins(ctx: &Context) -> Vec<Step> {
     }
     // A learner gets the leader's data as its raft snapshot: none is added while etcd has found
     // the leader corrupt (rule 6 moves leadership to a sound voter first, `leaving::corrupt`).
-    if ctx
-        .view
-        .leader
-        .is_some_and(|l| ctx.view.corrupt().contains(&l))
-    {
-        return vec![];
+    if let Some(leader) = ctx.view.leader.filter(|l| ctx.view.corrupt().contains(l)) {
+        return vec![Step::Wait(Wait::CorruptLeader { member: leader })];
     }
     // Stricter than etcd: since 3.5.30 and 3.6.11 etcd accepts an add while a quorum of voters
     // is connected (before, every voter had to be: `server/etcdserver/server.go`,

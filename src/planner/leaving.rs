@@ -294,6 +294,18 @@ fn corrupt(ctx: &Context, change_under_way: bool) -> Vec<Step> {
             endpoint: ctx.view.endpoint.clone(),
         }];
     }
+    // A corrupt leader hands over before anything else is weighed: even while its replacement
+    // must wait (another voter down, a corrupt majority), a sound leader is what lets the group
+    // add members again (`joining::joins` adds none under a corrupt one).
+    if let Some(step) = ctx
+        .view
+        .leader
+        .filter(|l| corrupt.contains(l))
+        .and_then(|l| ctx.view.member(l))
+        .and_then(|m| corrupt_leader_hands_over(ctx, m))
+    {
+        return vec![step];
+    }
     let voters = ctx.view.voters().count();
     let corrupt_voters = ctx
         .view
@@ -322,14 +334,10 @@ fn corrupt(ctx: &Context, change_under_way: bool) -> Vec<Step> {
                 .instance_of(m)
                 .filter(|i| i.state == LifecycleState::InService && i.healthy)?;
             let others_keep_quorum = m.is_learner || ctx.removal_keeps_quorum(m);
-            others_keep_quorum
-                .then(|| corrupt_leader_hands_over(ctx, m))
-                .map(|handover| {
-                    handover.unwrap_or_else(|| Step::Replace {
-                        instance: i.id.clone(),
-                        why: Replacement::Corrupt { member: m.id },
-                    })
-                })
+            others_keep_quorum.then(|| Step::Replace {
+                instance: i.id.clone(),
+                why: Replacement::Corrupt { member: m.id },
+            })
         })
         .into_iter()
         .collect()

@@ -96,6 +96,11 @@ pub enum Wait {
     JoinBlocked {
         member: MemberId,
     },
+    /// etcd found the leader corrupt: no learner is added under it (it would receive the
+    /// leader's data as its raft snapshot) until leadership has moved to a sound voter.
+    CorruptLeader {
+        member: MemberId,
+    },
     /// A started member of another instance holds this instance's peer URL (a reused address):
     /// it must be removed before this instance can join.
     PeerUrlTaken {
@@ -203,6 +208,7 @@ impl Wait {
             Self::LastVoterAwaitsReplacement { .. } => "last-voter-awaits-replacement",
             Self::PeerUrlTaken { .. } => "peer-url-taken",
             Self::JoinBlocked { .. } => "join-blocked",
+            Self::CorruptLeader { .. } => "corrupt-leader",
             Self::MemberDown { .. } => "member-down",
             Self::ReplacementSuspended { .. } => "replacement-suspended",
             Self::MemberUnreachableFromFunction { .. } => "member-unreachable-from-function",
@@ -242,6 +248,7 @@ impl Wait {
             Self::QuorumGuard { member, .. }
             | Self::VoterNotStarted { member }
             | Self::JoinBlocked { member }
+            | Self::CorruptLeader { member }
             | Self::PeerUrlTaken { member, .. }
             | Self::MemberDown { member, .. }
             | Self::AdoptedMemberDown { member, .. }
@@ -470,6 +477,9 @@ impl Wait {
             Self::VoterNotStarted { member } => format!("voter {member} has not started: no join behind it"),
             Self::JoinBlocked { member } => format!(
                 "voter {member} does not answer: etcd refuses every join until it answers or is removed (rule 6 replaces it)"
+            ),
+            Self::CorruptLeader { member } => format!(
+                "etcd found the leader, member {member}, corrupt: no learner joins under it (it would receive the corrupt data); leadership moves to a sound voter first (rule 6)"
             ),
             Self::LastVoterHeld { instance, replacement } => format!(
                 "{instance} is the last voter: held until {replacement} has joined and been promoted"

@@ -198,3 +198,62 @@ def test_a_cluster_with_its_own_ca_and_authentication_is_adopted_with_its_client
                        timeout=30, env={})
     assert r.returncode == 0 and r.stdout.strip() == "value 0", r
     assert not _waits(sim, "adoption-refused")
+
+
+def test_an_adoption_whose_quota_is_below_the_clusters_database_is_refused_changing_nothing(simulation, outside):
+    """#38: a learner whose quota is below the adopted cluster's database raises NOSPACE for the
+    whole cluster at its first applied write (seen: a 26 MB cluster, a 16 MiB quota). Refused
+    before any member joins, naming both sizes; the team's cluster untouched."""
+    old = outside(3)
+    blob = "x" * (512 * 1024)
+    for n in range(40):  # about 20 MiB
+        r = old.put(f"/big/{n:02d}", blob)
+        assert r.returncode == 0, r.stderr
+    sim = simulation(tls=False, writer=False,
+                     function_env={"ADOPT_ENDPOINTS": old.endpoints(), "QUOTA_BACKEND_BYTES": str(16 << 20)})
+    sim.scale(3)
+    wait_for("the adoption refused for the quota", 60,
+             lambda: "has a database of" in open(f"{sim.workdir}/function.log").read())
+    time.sleep(6)  # more invocations: still nothing changed
+    log = open(f"{sim.workdir}/function.log").read()
+    assert "16 MiB" in log and "QUOTA_BACKEND_BYTES" in log
+    assert f"{sim.prefix}/cluster" not in sim.parameters()
+    assert all(i["LifecycleState"] == "Pending:Wait" for i in sim.group_instances())
+    assert len(json.loads(old.etcdctl("member", "list", "-w", "json").stdout)["members"]) == 3
+    alarms = old.etcdctl("alarm", "list")
+    assert alarms.returncode == 0 and alarms.stdout.strip() == "", alarms
+    assert old.put("/after/refusal", "writable").returncode == 0
+
+
+@pytest.mark.long(150)
+def test_a_tls_cluster_without_authentication_keeps_its_clients_after_the_adoption(simulation, outside):
+    """#38: a team's cluster with mutual TLS from its own CA and authentication off (the CA is
+    the access control), its application using a certificate whose common name is no etcd user.
+    Before, the function switched authentication on once it converged (EtcdAuth defaults on) and
+    every put answered "permission denied". An adoption never changes the cluster's
+    authentication without an explicit ETCD_AUTH=on."""
+    old = outside(3, tls=True)
+    etcd_put = old.put("/app/before", "kept")
+    assert etcd_put.returncode == 0, etcd_put.stderr
+    app = old.ca.issue("app", "app")  # no etcd user is called `app`
+
+    def adopt_secrets(sim):
+        r = sim.cli("adopt-secrets", "--ca-cert", old.ca.cert_file, "--ca-key", old.ca.key_file)
+        assert r.returncode == 0, r.stderr
+
+    sim = simulation(tls=True, writer=False, before_function=adopt_secrets,
+                     function_env={"ADOPT_ENDPOINTS": old.endpoints()})
+    sim.scale(3)
+    sim.wait_converged(3, label="adopted", timeout=300)
+    wait_for("the adoption over", 60,
+             lambda: "adopting" not in json.loads(sim.parameters()[f"{sim.prefix}/cluster"]))
+    time.sleep(20)  # idle invocations: where authentication used to be turned on
+    record = json.loads(sim.parameters()[f"{sim.prefix}/cluster"])
+    assert record.get("adopted_auth") is False, record
+    ctl = [os.path.join(os.path.dirname(sim.etcd_bin), "etcdctl"), "--endpoints", sim.client_endpoint,
+           "--command-timeout", "5s", "--cacert", old.ca.cert_file, "--cert", app[0], "--key", app[1]]
+    for args in (["put", "/app/after", "adopted"], ["get", "/app/before", "--print-value-only"]):
+        r = subprocess.run([*ctl, *args], capture_output=True, text=True, timeout=30, env={})
+        assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "kept"
+    assert "etcd authentication on" not in open(f"{sim.workdir}/function.log").read()

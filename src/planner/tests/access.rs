@@ -81,6 +81,50 @@ fn auth_is_turned_on_once_every_voter_answers_with_a_config_that_verifies_root_t
     );
 }
 
+/// From a review: a cluster still at 3.4 with a member on 3.5 (authentication turned off for
+/// the upgrade, as etcd requires): not turned on again until no member runs 3.4.
+#[test]
+fn auth_is_not_turned_on_where_3_4_meets_3_5() {
+    let mut g = given((1..=3).map(|n| inst(n, InService)).collect())
+        .members((1..=3).map(voter).collect())
+        .record(1);
+    for n in 1..=3 {
+        let c = MemberConfig {
+            state: InitialState::Existing,
+            root_tokens: true,
+            etcd_version: None,
+            ..seed_config(n)
+        };
+        g = g.published(n, c, 1);
+    }
+    g.settings = Some(Settings {
+        etcd_auth: true,
+        ..settings()
+    });
+    let with = |versions: [&str; 3], cluster: &str| {
+        let mut g = Given {
+            obs: g.obs.clone(),
+            settings: g.settings.clone(),
+        };
+        if let ClusterState::Known(v) = &mut g.obs.cluster {
+            v.cluster_version = cluster.parse().ok();
+            for (n, version) in (1..=3).zip(versions) {
+                let status = MemberStatus {
+                    version: version.into(),
+                    ..Default::default()
+                };
+                v.statuses.insert(id(n), status);
+            }
+        }
+        g.plan()
+    };
+    let on = Step::EnableAuth {
+        endpoint: ANSWERING.into(),
+    };
+    assert_ne!(with(["3.4.23", "3.5.36", "3.5.36"], "3.4.0"), on);
+    assert_eq!(with(["3.5.36", "3.5.36", "3.5.36"], "3.5.0"), on);
+}
+
 /// (b) An adoption never turns on an adopted cluster's authentication by the default of
 /// TLS=managed; only ETCD_AUTH=on, set explicitly, does. A stack's own cluster is unchanged.
 #[test]

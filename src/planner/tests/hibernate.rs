@@ -52,6 +52,66 @@ fn writes_are_fenced_before_the_final_snapshot() {
     ));
 }
 
+/// From a review: the fence came only when a new snapshot was needed. A quiet cluster whose
+/// removal of the second-to-last voter had just taken a snapshot at the last voter's revision
+/// went to sleep unfenced, and writes acknowledged before its etcd stopped were lost at the
+/// wake. The fence comes first whatever backup there is; the revision read after it decides.
+#[test]
+fn the_fence_comes_first_even_when_a_snapshot_is_already_as_new() {
+    let g = || {
+        let mut g = with_backups(given(vec![inst(1, TerminatingWait)]))
+            .record(1)
+            .some_config(1)
+            .members(vec![voter(1)])
+            .status(1, 70);
+        g.obs.backups = vec![backup_at(70)];
+        g
+    };
+    assert!(
+        matches!(g().plan(), Step::FenceWrites { .. }),
+        "{:?}",
+        g().plan()
+    );
+    assert!(
+        matches!(fenced(g()).plan(), Step::Sleep(_)),
+        "{:?}",
+        fenced(g()).plan()
+    );
+}
+
+/// From a review: etcd 3.4 and 3.5 rebuild their applier without its authorization layer under
+/// NOSPACE (etcd PR #22386): with authentication on below 3.6 no fence is raised (any client
+/// could change users and roles while it is up); on 3.6 it is.
+#[test]
+fn no_fence_on_a_cluster_below_3_6_with_authentication_on() {
+    let g = |cluster: &str| {
+        let mut g = with_backups(given(vec![inst(1, TerminatingWait)]))
+            .record(1)
+            .some_config(1)
+            .members(vec![voter(1)])
+            .status(1, 70);
+        g.obs.backups = vec![backup_at(60)];
+        if let ClusterState::Known(v) = &mut g.obs.cluster {
+            v.auth_enabled = true;
+            v.cluster_version = cluster.parse().ok();
+        }
+        g
+    };
+    assert!(
+        matches!(
+            g("3.5.0").plan(),
+            Step::Backup {
+                reason: BackupReason::Final,
+                ..
+            }
+        ),
+        "{:?}",
+        g("3.5.0").plan()
+    );
+    assert!(matches!(g("unknown").plan(), Step::Backup { .. }));
+    assert!(matches!(g("3.6.0").plan(), Step::FenceWrites { .. }));
+}
+
 #[test]
 fn the_last_voter_of_a_group_scaled_to_zero_goes_only_after_its_final_snapshot_and_the_record_says_so(
 ) {
@@ -196,6 +256,12 @@ fn the_write_fence_is_lifted_once_the_group_wants_members_again() {
     // Still scaling to zero: kept.
     g.obs.instances[0].state = TerminatingWait;
     g.obs.desired_capacity = 0;
+    assert!(!matches!(g.plan(), Step::Disarm { .. }), "{:?}", g.plan());
+    // From a review: the record sleeps (the last voter's action completed, its etcd not yet
+    // stopped) and the group is scaled up again: kept until a voter serves and the record wakes;
+    // lifted, the dying voter would acknowledge writes the wake then loses.
+    g.obs.desired_capacity = 1;
+    g.obs.published.cluster.as_mut().unwrap().sleeping = Some(sleeping_at(70));
     assert!(!matches!(g.plan(), Step::Disarm { .. }), "{:?}", g.plan());
 }
 

@@ -552,6 +552,37 @@ fn a_corrupt_leader_hands_over_before_it_is_replaced_and_no_learner_joins_under_
     );
 }
 
+/// From a review: a corrupt leader while another voter is down. Its replacement must wait
+/// (the quorum), but the handover must not: before, no handover was tried, the dead voter's
+/// replacement could never join under the corrupt leader, and nothing said why.
+#[test]
+fn a_corrupt_leader_hands_over_even_while_its_replacement_must_wait() {
+    let g = given(vec![
+        inst(1, InService),
+        inst(2, InService),
+        inst(3, InService),
+        inst(4, PendingWait),
+    ])
+    .record(1)
+    .members(vec![voter(1), voter(2), voter(3)])
+    .unhealthy(2)
+    .alarm(1, CORRUPT);
+    assert!(
+        matches!(g.plan(), Step::TransferLeadership { from, to, .. } if from == id(1) && to == id(3)),
+        "{:?}",
+        g.plan()
+    );
+    // No sound voter to take over (3 down too): the join says why it waits.
+    let g = g.unhealthy(3);
+    assert!(
+        crate::planner::assess(&g.obs, &settings())
+            .waits
+            .contains(&Wait::CorruptLeader { member: id(1) }),
+        "{:?}",
+        crate::planner::assess(&g.obs, &settings())
+    );
+}
+
 /// A zone's loss took two voters of five; the group replaced one, and its replacement now
 /// waits at launch to join. The other dead voter blocks that join (etcd refuses an add while a
 /// voter is down), so it must still be replaced: the join's wait never holds up the
