@@ -856,6 +856,21 @@ pub struct Observation {
 }
 
 #[cfg(test)]
+impl Backup {
+    /// A backup of generation `t` taken at `taken_at` at `revision`, its key `p/t/<taken_at>`.
+    pub fn for_tests(taken_at: Timestamp, revision: i64) -> Self {
+        Backup {
+            key: format!("p/t/{taken_at}"),
+            token: "t".into(),
+            taken_at,
+            revision,
+            size: 1,
+            etcd_version: None,
+        }
+    }
+}
+
+#[cfg(test)]
 impl Observation {
     /// The tests' observation, for a test to change what it is about
     /// (`Observation { instances, ..Observation::for_tests() }`): no instance, a desired capacity

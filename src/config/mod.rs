@@ -155,6 +155,20 @@ pub struct Settings {
 }
 
 #[cfg(test)]
+impl BackupPolicy {
+    /// The tests' policy: a snapshot every 15 minutes, one an hour kept for a week and one a
+    /// day for 90 days, RECOVERY=auto.
+    pub fn for_tests() -> Self {
+        BackupPolicy {
+            interval_secs: 900,
+            hourly_days: 7,
+            daily_days: 90,
+            recovery: Recovery::Auto,
+        }
+    }
+}
+
+#[cfg(test)]
 impl Settings {
     /// The planners' table tests' settings: http on the default ports, a 2 GiB quota, learners
     /// given 600 s, backups off.

@@ -147,23 +147,11 @@ mod tests {
     use crate::planner::recovery::{choose, Choice};
 
     fn policy() -> BackupPolicy {
-        BackupPolicy {
-            interval_secs: 900,
-            hourly_days: 7,
-            daily_days: 90,
-            recovery: Recovery::Auto,
-        }
+        BackupPolicy::for_tests()
     }
 
     fn backup(taken_at: Timestamp, revision: i64) -> Backup {
-        Backup {
-            key: format!("p/t/{taken_at}"),
-            token: "t".into(),
-            taken_at,
-            revision,
-            size: 1,
-            etcd_version: None,
-        }
+        Backup::for_tests(taken_at, revision)
     }
 
     fn of(token: &str, taken_at: Timestamp) -> Backup {
