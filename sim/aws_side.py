@@ -6,7 +6,9 @@ simulation's boto3 clients.
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
+from collections import Counter
 
 
 class AwsSide:
@@ -82,6 +84,65 @@ class AwsSide:
         url = f"{self.endpoint}/_sim/faults" + ("?clear=1" if clear else "")
         with urllib.request.urlopen(url, timeout=5) as r:
             return json.loads(r.read())
+
+    # --- instance refresh (sim/emulator/refresh.py) --------------------------------------------
+    #
+    # The emulator records each launch's configuration generation; the simulation maps the
+    # generations a refresh brings to etcd binaries (`launch_bins`): the refresh's own to
+    # `etcd_bin` at its start, the one before it (what a rollback goes back to) to the etcd the
+    # group's instances ran then. An instance a refresh (or its rollback) launched boots with its
+    # generation's binary; every other launch with `etcd_bin`, as before.
+
+    def generations(self) -> dict:
+        """``{"next", "current": {group: g}, "instances": {id: {"Generation", "Refresh"}}}``."""
+        with urllib.request.urlopen(f"{self.endpoint}/_sim/generations", timeout=5) as r:
+            return json.loads(r.read())
+
+    def launch_bin(self, iid: str) -> str:
+        """The etcd an instance boots with: its generation's if a refresh launched it."""
+        launch = self.generations()["instances"].get(iid) or {}
+        if launch.get("Refresh") and launch.get("Generation") in self.launch_bins:
+            return self.launch_bins[launch["Generation"]]
+        return self.etcd_bin
+
+    def start_instance_refresh(self, **preferences) -> str:
+        """StartInstanceRefresh of the group with these Preferences (``MinHealthyPercentage=100``,
+        ...): its instances replaced by ones booting `etcd_bin`. The refresh's id."""
+        gens = self.generations()
+        ids = [i["InstanceId"] for i in self.group_instances()]
+        with self.lock:
+            running = [self.instances[i].etcd_bin for i in ids if i in self.instances and self.instances[i].etcd_bin]
+        old = Counter(running).most_common(1)[0][0] if running else self.etcd_bin
+        self.launch_bins[gens["current"].get(self.group, 0)] = old
+        self.launch_bins[gens["next"]] = self.etcd_bin
+        self.refresh_from = old
+        r = self.asg.start_instance_refresh(AutoScalingGroupName=self.group, Preferences=preferences)
+        return r["InstanceRefreshId"]
+
+    def describe_instance_refresh(self, refresh_id: str) -> dict:
+        r = self.asg.describe_instance_refreshes(AutoScalingGroupName=self.group, InstanceRefreshIds=[refresh_id])
+        return r["InstanceRefreshes"][0]
+
+    def cancel_instance_refresh(self) -> str:
+        return self.asg.cancel_instance_refresh(AutoScalingGroupName=self.group)["InstanceRefreshId"]
+
+    def rollback_instance_refresh(self) -> str:
+        """The refresh rolled back: the group's configuration is the one before it again (its
+        etcd: `etcd_bin` goes back too), the instances it launched replaced."""
+        self.etcd_bin = self.refresh_from or self.etcd_bin
+        return self.asg.rollback_instance_refresh(AutoScalingGroupName=self.group)["InstanceRefreshId"]
+
+    def wait_instance_refresh(self, refresh_id: str, statuses: tuple[str, ...], timeout: float = 300) -> dict:
+        """Polls the refresh until its status is one of `statuses`; its description."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.describe_instance_refresh(refresh_id)
+            if found["Status"] in statuses:
+                return found
+            if time.monotonic() > deadline:
+                raise AssertionError(f"instance refresh {refresh_id} still {found['Status']} after "
+                                     f"{timeout:.0f}s (wanted {statuses}): {found}")
+            time.sleep(0.5)
 
     def create_group(self, name: str, desired: int):
         lt = f"{name}-lt"

@@ -55,7 +55,8 @@ class InstanceControl:
         # tags declare them (`etcd-asg-etcd-version`, propagated at launch from EtcdVersion).
         # The version first: in AWS the group's tag is on the instance from its launch, so the
         # function never sees an address without it.
-        etcd_bin = self.etcd_bin
+        # The etcd of its launch: a refresh's instance runs the refresh's (sim/aws_side.py).
+        etcd_bin = self.launch_bin(iid)
         self.ec2.create_tags(Resources=[iid], Tags=[{"Key": VERSION_TAG, "Value": etcd.version_of(etcd_bin)}])
         self.ec2.create_tags(Resources=[iid], Tags=[{"Key": ADDRESS_TAG, "Value": address}])
         data_dir = os.path.join(self.workdir, iid)

@@ -15,10 +15,15 @@ AWS's semantics (shared/reference/aws-lifecycle.md), one concern a module of sim
 - routes.py: the fault layer in front of moto (sim/faults.py), S3's CompleteMultipartUpload root
   element, and the routes for the simulation only (``/_sim/events``, ``/_sim/zones``, ...).
 
-Not emulated: warm pools (DescribeWarmPool answers; nothing else of them), instance refresh,
-health checks of their own (EC2 status checks, ELB: only ``SetInstanceHealth`` marks an instance
-unhealthy; ``ShouldRespectGracePeriod`` is recorded but ignored, and the replacement happens at
-once, not at the next health check), the instance maintenance policy (a replacement always
+- refresh.py: instance refresh. StartInstanceRefresh with its preferences (minimum and maximum
+  healthy percentages, warmup, checkpoints), DescribeInstanceRefreshes, CancelInstanceRefresh,
+  RollbackInstanceRefresh; replacements through the hooks, stepped on the timer; each launch's
+  configuration generation (``/_sim/generations``).
+
+Not emulated: warm pools (DescribeWarmPool answers; nothing else of them), health checks of
+their own (EC2 status checks, ELB: only ``SetInstanceHealth`` marks an instance unhealthy;
+``ShouldRespectGracePeriod`` is recorded but ignored, and the replacement happens at once, not
+at the next health check), the instance maintenance policy (a replacement always
 launches while the old instance is held, whatever the policy), suspended processes beyond what
 ``SuspendProcesses`` records and ``ReplaceUnhealthy`` (lifecycle.py), cooldowns.
 
@@ -39,12 +44,13 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_ba
 from werkzeug.serving import make_server
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from sim.emulator import cfn_shims, lifecycle, routes, zones  # noqa: E402
+from sim.emulator import cfn_shims, lifecycle, refresh, routes, zones  # noqa: E402
 
 def install():
     """moto's classes extended (each module keeps moto's own methods it builds on)."""
     cfn_shims.install()
     zones.install()
+    refresh.install()  # around zones' launches
     lifecycle.install()
 
 
@@ -53,6 +59,7 @@ def _timeouts(stop: threading.Event):
         with lifecycle.LOCK:
             lifecycle.lapse_due()
             zones.rebalance_step()
+            refresh.step()
 
 
 def main(argv=None):

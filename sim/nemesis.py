@@ -51,6 +51,9 @@ from sim.world import NFT, Simulation
 CONVERGE_SECS = 300
 UNHEALTHY_SECS = 20
 
+REFRESH_RUNNING = ("Pending", "InProgress", "Cancelling", "RollbackInProgress")
+REFRESH_ENDED = ("Successful", "Failed", "Cancelled", "RollbackSuccessful", "RollbackFailed")
+
 # What the schedule draws from, with its weight.
 KINDS = {
     "scale": 3,  # to 3, 4 or 5 members (out or in)
@@ -66,7 +69,12 @@ KINDS = {
     "zero": 1,  # the group scaled to zero (the cluster sleeps), then back to three (it wakes)
     "version": 1,  # the launch template's etcd moved a minor forward, or back while etcd allows it
     "request": 1,  # an operator's restore request (`etcd-asg restore latest`): never over a serving cluster
+    "refresh": 1,  # an instance refresh (forward only: the newest minor, or the same), cancelled at the heal
 }
+
+# A refresh's (MinHealthyPercentage, MaxHealthyPercentage): AWS's default, launch before
+# terminate, and half of the group replaced at once.
+REFRESH_HEALTHY = [(90, 100), (100, 200), (50, 150)]
 
 # The minors a version move chooses from, oldest first (sim/etcd.py builds each).
 MINORS = ["3.6", "3.7"]
@@ -82,7 +90,8 @@ class Op:
     to: int = 0  # scale: the desired capacity
     one_way: bool = False  # partition: one direction only
     mix: list = field(default_factory=list)  # aws: the fault layer's rules
-    minor: str = ""  # version: the minor the template moves to
+    minor: str = ""  # version, refresh: the minor the template moves to
+    healthy: list = field(default_factory=list)  # refresh: [MinHealthyPercentage, MaxHealthyPercentage]
 
 
 def schedule(seed: int, seconds: float) -> list[Op]:
@@ -104,6 +113,10 @@ def schedule(seed: int, seconds: float) -> list[Op]:
             op.seconds = 0
         elif kind == "version":
             op.minor = rng.choice(MINORS)
+        elif kind == "refresh":
+            op.minor = rng.choice(MINORS)
+            op.healthy = list(rng.choice(REFRESH_HEALTHY))
+            op.seconds = round(rng.uniform(2, 8), 1)  # the warmup
         out.append(op)
         t += rng.uniform(4, 20)
     return out
@@ -136,6 +149,7 @@ class Run:
         # The newest minor the template ran: the heal keeps it (never a launch etcd refuses).
         self.newest = etcd.version_of(sim.etcd_bin).rsplit(".", 1)[0]
         self.done: list[str] = []
+        self.refresh_id: str | None = None  # the last instance refresh started
 
     # --- applying ------------------------------------------------------------------------------
 
@@ -292,6 +306,32 @@ class Run:
         self.newest = max(self.newest, op.minor, key=MINORS.index)
         return f"launches run etcd {etcd.version_of(self.sim.etcd_bin)}"
 
+    def op_refresh(self, op: Op) -> str:
+        """An instance refresh to `op.minor`, or to the newest minor the template ran if that is
+        newer (forward only), with `op.healthy`'s percentages and `op.seconds` of warmup."""
+        if self.refresh_id and self.sim.describe_instance_refresh(self.refresh_id)["Status"] in REFRESH_RUNNING:
+            return "skipped: a refresh is running"
+        minor = max(self.newest, op.minor, key=MINORS.index)
+        self.sim.etcd_bin = etcd.binary(minor)
+        self.newest = minor
+        low, high = op.healthy
+        self.refresh_id = self.sim.start_instance_refresh(MinHealthyPercentage=low, MaxHealthyPercentage=high,
+                                                          InstanceWarmup=int(op.seconds))
+        return f"{self.refresh_id} to etcd {etcd.version_of(self.sim.etcd_bin)}, healthy {low}-{high} %"
+
+    def end_refresh(self):
+        """A refresh still running cancelled, and waited for until it ends."""
+        if not self.refresh_id:
+            return
+        status = self.sim.describe_instance_refresh(self.refresh_id)["Status"]
+        if status in ("Pending", "InProgress"):
+            self.sim.cancel_instance_refresh()
+        try:
+            ended = self.sim.wait_instance_refresh(self.refresh_id, REFRESH_ENDED, timeout=CONVERGE_SECS)
+            self.log(f"nemesis[{self.seed}] refresh {self.refresh_id}: {ended['Status']}")
+        except AssertionError as e:
+            self.log(f"nemesis[{self.seed}] {e}")
+
     def op_request(self, op: Op) -> str:
         r = self.sim.cli("restore", "latest")
         return f"etcd-asg restore latest: exit {r.returncode}"
@@ -328,6 +368,7 @@ class Run:
         self.sim.faults([])
         for zone in sorted(set(self.sim.zone_of().values()) | set(self.sim.zones)):
             self.sim.restore_zone(zone)
+        self.end_refresh()
         self.sim.scale(3)
 
     def judge(self) -> list[str]:

@@ -122,6 +122,10 @@ class Simulation(InstanceControl, ClusterProbes, AwsSide, ClientHistory):
         self.verbose = verbose
         self.prefix = deployment.prefix if deployment else f"/etcd-asg-lifecycle/{name}"
         self.instances: dict[str, SimInstance] = {}
+        # Instance refresh (sim/aws_side.py): the etcd of each configuration generation a refresh
+        # brought, and the etcd the group ran when the last refresh started (a rollback's).
+        self.launch_bins: dict[int, str] = {}
+        self.refresh_from: str | None = None
         self.events_seen: list[dict] = []
         self.invoke_timeout = 60.0
         net = random.Random().randrange(1, 250), random.Random().randrange(1, 250)

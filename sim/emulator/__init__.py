@@ -3,6 +3,7 @@ command line and its timer: sim/moto_lifecycle.py).
 
 - lifecycle.py  lifecycle hooks and their held actions, heartbeats, timeouts, SetInstanceHealth
 - zones.py      Availability Zones: where instances launch and which leave, AZRebalance
+- refresh.py    instance refresh: Start/Describe/Cancel/Rollback, batches through the hooks
 - cfn_shims.py  CloudFormation: what moto's models of the template's resources leave out
 - routes.py     the WSGI application: the lock, the fault layer, the /_sim/* routes
 """

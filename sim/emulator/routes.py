@@ -14,6 +14,8 @@ a time under the lock, and the routes for the simulation only (EventBridge does 
   GET /_sim/launch-failures drain the launches no zone could take
   GET /_sim/holds       drain the held actions that ended: {"InstanceId", "Hook", "HeartbeatTimeout",
                         "Started", "Beats" (each heartbeat's epoch seconds), "Ended", "Result", "Lapsed"}
+  GET /_sim/generations each launch's configuration generation, the groups' current ones and the
+                        next refresh's (refresh.py; not drained)
   GET/POST /_sim/faults the fault layer in front of all of it (sim/faults.py)
 
 S3's CompleteMultipartUpload answer gets S3's root element name (moto's differs; the Rust SDK
@@ -30,7 +32,7 @@ from datetime import datetime, timezone
 from moto.autoscaling import models as asg
 
 from .. import faults
-from . import lifecycle, zones
+from . import lifecycle, refresh, zones
 
 # The fault layer's state (sim/faults.py): rules set by tests over /_sim/faults.
 FAULTS = faults.Faults()
@@ -85,6 +87,11 @@ def serve(inner, environ, start_response):
     path = environ.get("PATH_INFO", "")
     if path == "/_sim/zones":
         return _zones_route(environ, start_response)
+    if path == "/_sim/generations":
+        with lifecycle.LOCK:
+            body = json.dumps(refresh.generations()).encode()
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [body]
     if path in FEEDS or path == "/_sim/requests":
         with lifecycle.LOCK:
             if path == "/_sim/requests":

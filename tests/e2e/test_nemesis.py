@@ -7,8 +7,9 @@ import pytest
 
 from sim import nemesis
 
-# Two seeds whose 90 s schedules together cover every kind of operation (`python -m sim.nemesis --show`).
-SEEDS = [71, 100]
+# Two seeds whose 90 s schedules together cover every kind of operation (`python -m sim.nemesis --show`);
+# 138 and 182 since the `refresh` kind changed every schedule (71 and 100 before).
+SEEDS = [138, 182]
 
 
 @pytest.mark.long(200)
