@@ -215,6 +215,23 @@ impl EtcdMembers {
     }
 
     /// A membership call whose answer carries nothing we need.
+    /// etcd's maintenance Alarm call: `action` (ACTIVATE, DEACTIVATE) for `alarm`.
+    async fn alarm(
+        &self,
+        operation: &'static str,
+        action: &str,
+        endpoint: &str,
+        alarm: &Alarm,
+    ) -> Result<(), Error> {
+        let body = json!({
+            "action": action,
+            "memberID": alarm.member.0.to_string(),
+            "alarm": alarm.kind,
+        });
+        self.act(operation, endpoint, "/v3/maintenance/alarm", body)
+            .await
+    }
+
     pub(super) async fn act(
         &self,
         operation: &'static str,
@@ -307,23 +324,12 @@ impl Members for EtcdMembers {
     }
 
     async fn disarm(&self, endpoint: &str, alarm: &Alarm) -> Result<(), Error> {
-        let body = json!({
-            "action": "DEACTIVATE",
-            "memberID": alarm.member.0.to_string(),
-            "alarm": alarm.kind,
-        });
-        self.act("alarm disarm", endpoint, "/v3/maintenance/alarm", body)
+        self.alarm("alarm disarm", "DEACTIVATE", endpoint, alarm)
             .await
     }
 
     async fn raise(&self, endpoint: &str, alarm: &Alarm) -> Result<(), Error> {
-        let body = json!({
-            "action": "ACTIVATE",
-            "memberID": alarm.member.0.to_string(),
-            "alarm": alarm.kind,
-        });
-        self.act("alarm raise", endpoint, "/v3/maintenance/alarm", body)
-            .await
+        self.alarm("alarm raise", "ACTIVATE", endpoint, alarm).await
     }
 
     async fn transfer_leadership(&self, leader_endpoint: &str, to: MemberId) -> Result<(), Error> {
