@@ -1,0 +1,92 @@
+//! Maintenance (issue 10): NOSPACE compacted, defragmented member by member and disarmed, and
+//! never disarmed while the live data alone is too large.
+
+use super::*;
+
+#[tokio::test]
+async fn nospace_is_compacted_defragmented_member_by_member_and_disarmed() {
+    use crate::model::{Alarm, MemberStatus};
+    let world = three_member_cluster().await;
+    {
+        let mut w = world.world();
+        let ids: Vec<MemberId> = w.members.iter().map(|m| m.id).collect();
+        for (k, id) in ids.iter().enumerate() {
+            let status = MemberStatus {
+                db_size: 2 << 30,
+                db_size_in_use: (2 << 30) - 1000,
+                version: "3.5.1".into(),
+                revision: 9000 + k as i64,
+            };
+            w.db.insert(*id, status);
+        }
+        w.live_bytes = 100 << 20;
+        w.alarms.push(Alarm {
+            member: ids[1],
+            kind: "NOSPACE".into(),
+        });
+    }
+    converge(&world, &[schedule()]).await;
+    let w = world.world();
+    assert!(w.alarms.is_empty(), "disarmed");
+    assert!(w.db.values().all(|s| s.db_size == 100 << 20), "{:?}", w.db);
+    let calls: Vec<&String> = w
+        .calls
+        .iter()
+        .filter(|c| {
+            ["compact", "defragment", "disarm", "transfer"]
+                .iter()
+                .any(|p| c.starts_with(p))
+        })
+        .collect();
+    assert_eq!(calls[0], "compact 9002", "{calls:#?}");
+    assert_eq!(
+        calls.iter().filter(|c| c.starts_with("defragment")).count(),
+        3,
+        "{calls:#?}"
+    );
+    assert!(
+        calls.last().unwrap().starts_with("disarm NOSPACE"),
+        "{calls:#?}"
+    );
+    // The leader went last, after handing over.
+    let transfer = calls
+        .iter()
+        .position(|c| c.starts_with("transfer"))
+        .unwrap();
+    assert!(transfer > 1 && transfer < calls.len() - 2, "{calls:#?}");
+}
+
+#[tokio::test]
+async fn nospace_with_too_much_live_data_is_never_disarmed() {
+    use crate::model::{Alarm, MemberStatus};
+    let world = three_member_cluster().await;
+    {
+        let mut w = world.world();
+        let ids: Vec<MemberId> = w.members.iter().map(|m| m.id).collect();
+        for id in &ids {
+            let status = MemberStatus {
+                db_size: 2 << 30,
+                db_size_in_use: 2 << 30,
+                version: "3.5.1".into(),
+                revision: 9000,
+            };
+            w.db.insert(*id, status);
+        }
+        w.live_bytes = 2 << 30;
+        w.alarms.push(Alarm {
+            member: ids[0],
+            kind: "NOSPACE".into(),
+        });
+    }
+    let r = reconciler(&world);
+    for _ in 0..3 {
+        r.handle(&schedule(), far()).await.unwrap();
+    }
+    let w = world.world();
+    assert_eq!(w.alarms.len(), 1);
+    assert!(
+        !w.calls.iter().any(|c| c.starts_with("disarm")),
+        "{:#?}",
+        w.calls
+    );
+}
