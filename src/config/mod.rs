@@ -1,126 +1,34 @@
 //! All configuration, read once from the environment into one struct of sections, each parsing
 //! its own variables (`vars.rs` lists them all, with their defaults and meaning). A bad value is
 //! refused with the variable's name and the value.
+//!
+//! The sections, each in its room with its own parser: who the function works for (`names.rs`:
+//! the group, its hooks, the cluster's name and parameter prefix, where addresses come from, a
+//! cluster to adopt), how members reach each other (`topology.rs`), TLS (`tls.rs`: files given,
+//! or the function's own CA), backups (`backup.rs`); how a variable is read and a bad value
+//! refused (`env.rs`). Here, the whole (`Config::from_lookup`), the planner's share (`Settings`)
+//! and the invocation's timing.
 
+mod backup;
+mod env;
+mod names;
+mod tls;
+mod topology;
 mod vars;
 
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::model::{InitialState, MemberConfig};
+use env::{bad, Env};
+use names::{adopt_endpoints, Names};
 use vars::*;
+
+pub use backup::{BackupPolicy, BackupStore, Recovery};
+pub use env::Scheme;
+pub use names::AddressSource;
+pub use tls::{Pki, TlsFiles};
+pub use topology::{Topology, MAX_QUOTA_BACKEND_BYTES};
 pub use vars::{table as variables_table, Var, VARIABLES};
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Scheme {
-    Http,
-    Https,
-}
-
-impl Scheme {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Http => "http",
-            Self::Https => "https",
-        }
-    }
-}
-
-/// How etcd members reach each other and how clients reach them, and the storage settings every
-/// member starts with: what the planner needs to turn an instance address into a member config.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct Topology {
-    pub peer_scheme: Scheme,
-    pub peer_port: u16,
-    pub client_scheme: Scheme,
-    pub client_port: u16,
-    /// etcd's periodic auto-compaction retention (`1h`, `30m`, or whole hours).
-    pub auto_compaction_retention: String,
-    pub quota_backend_bytes: u64,
-    /// etcd's `--snapshot-count` on every member.
-    pub snapshot_count: u64,
-    /// TLS=managed: members demand client certificates of clients and peers.
-    pub mutual_tls: bool,
-    /// TLS=managed: members also serve `/health` and `/metrics` in plain HTTP on this port.
-    pub metrics_port: Option<u16>,
-}
-
-impl Topology {
-    pub fn peer_url(&self, address: &str) -> String {
-        format!(
-            "{}://{}:{}",
-            self.peer_scheme.as_str(),
-            host(address),
-            self.peer_port
-        )
-    }
-
-    pub fn client_url(&self, address: &str) -> String {
-        format!(
-            "{}://{}:{}",
-            self.client_scheme.as_str(),
-            host(address),
-            self.client_port
-        )
-    }
-
-    /// What the instance `name` at `address` starts etcd with.
-    pub fn member_config(
-        &self,
-        name: &str,
-        address: &str,
-        initial_cluster: Vec<(String, String)>,
-        state: InitialState,
-        token: String,
-        etcd_version: Option<crate::model::Version>,
-    ) -> MemberConfig {
-        MemberConfig {
-            name: name.to_string(),
-            initial_cluster,
-            state,
-            token,
-            peer_url: self.peer_url(address),
-            client_url: self.client_url(address),
-            auto_compaction_retention: self.auto_compaction_retention.clone(),
-            quota_backend_bytes: self.quota_backend_bytes,
-            snapshot_count: self.snapshot_count,
-            restore: None,
-            client_cert_auth: self.mutual_tls,
-            root_tokens: self.mutual_tls,
-            metrics_url: self
-                .metrics_port
-                .map(|p| format!("http://{}:{p}", host(address))),
-            etcd_version,
-        }
-    }
-}
-
-/// etcd's advice: a backend quota above 8 GiB is not supported well.
-pub const MAX_QUOTA_BACKEND_BYTES: u64 = 8 << 30;
-
-fn host(address: &str) -> String {
-    if address.contains(':') {
-        format!("[{address}]")
-    } else {
-        address.to_string()
-    }
-}
-
-/// Where an instance's etcd address comes from.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub enum AddressSource {
-    PrivateIp,
-    /// The value of this instance tag: for multi-ENI setups, and for tests that map instances to
-    /// loopback addresses.
-    Tag(String),
-}
-
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct TlsFiles {
-    pub ca: String,
-    pub cert: String,
-    pub key: String,
-}
 
 /// The planner's share of the configuration.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -155,20 +63,6 @@ pub struct Settings {
 }
 
 #[cfg(test)]
-impl BackupPolicy {
-    /// The tests' policy: a snapshot every 15 minutes, one an hour kept for a week and one a
-    /// day for 90 days, RECOVERY=auto.
-    pub fn for_tests() -> Self {
-        BackupPolicy {
-            interval_secs: 900,
-            hourly_days: 7,
-            daily_days: 90,
-            recovery: Recovery::Auto,
-        }
-    }
-}
-
-#[cfg(test)]
 impl Settings {
     /// The planners' table tests' settings: http on the default ports, a 2 GiB quota, learners
     /// given 600 s, backups off.
@@ -198,44 +92,6 @@ impl Settings {
             adopt: vec![],
         }
     }
-}
-
-/// When snapshots are taken and kept, and how a lost cluster comes back.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct BackupPolicy {
-    pub interval_secs: i64,
-    /// One snapshot per hour is kept this many days...
-    pub hourly_days: i64,
-    /// ...and one per day this many.
-    pub daily_days: i64,
-    pub recovery: Recovery,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Recovery {
-    /// Restore the freshest data by itself when every member is lost.
-    Auto,
-    /// Wait for an operator's restore request (`<prefix>/restore-request`).
-    Manual,
-}
-
-/// Where the snapshots go.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct BackupStore {
-    pub bucket: String,
-    /// Key prefix, without leading or trailing '/'.
-    pub prefix: String,
-}
-
-/// TLS=managed: how member certificates are issued and their keys kept.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct Pki {
-    /// A member certificate's life: MEMBER_CERT_DAYS (or, in tests, MEMBER_CERT_SECS).
-    pub member_cert_secs: i64,
-    /// Further names in every member's certificate (the load balancer's DNS name).
-    pub extra_sans: Vec<String>,
-    /// The KMS key of the SecureStrings (CA, member keys); unset: the account's `aws/ssm` key.
-    pub kms_key_id: Option<String>,
 }
 
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -268,61 +124,6 @@ pub struct Timing {
     pub poll_interval: Duration,
     /// Stop starting steps this long before the Lambda deadline.
     pub deadline_margin: Duration,
-}
-
-/// The environment as the sections read it: a variable unset or blank takes its default.
-struct Env<'a> {
-    lookup: &'a dyn Fn(&str) -> Option<String>,
-}
-
-impl Env<'_> {
-    fn get(&self, var: &Var) -> Option<String> {
-        (self.lookup)(var.name).filter(|v| !v.trim().is_empty())
-    }
-
-    fn required(&self, var: &Var) -> Result<String, Error> {
-        self.get(var)
-            .ok_or_else(|| bad(var.name, "", "is required"))
-    }
-
-    /// A whole number from `min` to `max`, else the variable's default.
-    fn number(&self, var: &Var, min: u64, max: u64) -> Result<u64, Error> {
-        let raw = self.get(var).unwrap_or_else(|| var.default.to_string());
-        match raw.trim().parse::<u64>() {
-            Ok(n) if (min..=max).contains(&n) => Ok(n),
-            _ => Err(bad(
-                var.name,
-                &raw,
-                &format!("must be a whole number from {min} to {max}"),
-            )),
-        }
-    }
-
-    fn millis(&self, var: &Var, min: u64, max: u64) -> Result<Duration, Error> {
-        Ok(Duration::from_millis(self.number(var, min, max)?))
-    }
-
-    fn port(&self, var: &Var) -> Result<u16, Error> {
-        Ok(self.number(var, 1, 65535)? as u16)
-    }
-
-    fn scheme(&self, var: &Var) -> Result<Scheme, Error> {
-        match self.get(var).as_deref().unwrap_or(var.default) {
-            "http" => Ok(Scheme::Http),
-            "https" => Ok(Scheme::Https),
-            v => Err(bad(var.name, v, "must be 'http' or 'https'")),
-        }
-    }
-
-    /// An on/off switch; unset: `default`.
-    fn switch(&self, var: &Var, default: bool) -> Result<bool, Error> {
-        match self.get(var).as_deref() {
-            None => Ok(default),
-            Some("on") => Ok(true),
-            Some("off") => Ok(false),
-            Some(v) => Err(bad(var.name, v, "must be 'on' or 'off'")),
-        }
-    }
 }
 
 impl Config {
@@ -404,241 +205,6 @@ impl Config {
     }
 }
 
-/// The group, its hooks, and where the cluster's state lives.
-struct Names {
-    group_name: String,
-    launch_hook: String,
-    terminate_hook: String,
-    cluster_name: String,
-    parameter_prefix: String,
-}
-
-impl Names {
-    fn parse(env: &Env) -> Result<Self, Error> {
-        let name = |var: &Var| name_value(var.name, env.required(var)?);
-        let group_name = name(&ASG_NAME)?;
-        let launch_hook = name(&LAUNCH_HOOK_NAME)?;
-        let terminate_hook = name(&TERMINATE_HOOK_NAME)?;
-        if launch_hook == terminate_hook {
-            return Err(bad(
-                TERMINATE_HOOK_NAME.name,
-                &terminate_hook,
-                "must differ from LAUNCH_HOOK_NAME: a group's hook names are unique",
-            ));
-        }
-        let cluster_name = match env.get(&CLUSTER_NAME) {
-            Some(v) => name_value(CLUSTER_NAME.name, v)?,
-            None => group_name.clone(),
-        };
-        let parameter_prefix = env
-            .get(&PARAMETER_PREFIX)
-            .unwrap_or_else(|| format!("/etcd-asg-lifecycle/{cluster_name}"));
-        let parameter_prefix = parameter_prefix.trim_end_matches('/').to_string();
-        if !parameter_prefix.starts_with('/')
-            || parameter_prefix.len() < 2
-            || !parameter_prefix
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "/_.-".contains(c))
-        {
-            return Err(bad(
-                PARAMETER_PREFIX.name,
-                &parameter_prefix,
-                "must be an SSM path: '/' then letters, digits, '/', '_', '.', '-'",
-            ));
-        }
-        Ok(Self {
-            group_name,
-            launch_hook,
-            terminate_hook,
-            cluster_name,
-            parameter_prefix,
-        })
-    }
-}
-
-impl AddressSource {
-    fn parse(env: &Env) -> Result<Self, Error> {
-        match env.get(&ADDRESS_SOURCE).as_deref() {
-            None | Some("private-ip") => Ok(Self::PrivateIp),
-            Some(v) => match v.strip_prefix("tag:") {
-                Some(tag) if !tag.is_empty() => Ok(Self::Tag(tag.to_string())),
-                _ => Err(bad(
-                    ADDRESS_SOURCE.name,
-                    v,
-                    "must be 'private-ip' or 'tag:<tag key>'",
-                )),
-            },
-        }
-    }
-}
-
-impl TlsFiles {
-    /// All three files or none.
-    fn parse(env: &Env) -> Result<Option<Self>, Error> {
-        match (
-            env.get(&ETCD_CA_FILE),
-            env.get(&ETCD_CERT_FILE),
-            env.get(&ETCD_KEY_FILE),
-        ) {
-            (None, None, None) => Ok(None),
-            (Some(ca), Some(cert), Some(key)) => Ok(Some(Self { ca, cert, key })),
-            (ca, cert, _) => {
-                let missing = if ca.is_none() {
-                    ETCD_CA_FILE
-                } else if cert.is_none() {
-                    ETCD_CERT_FILE
-                } else {
-                    ETCD_KEY_FILE
-                };
-                Err(bad(
-                    missing.name,
-                    "",
-                    "is required when any of ETCD_CA_FILE, ETCD_CERT_FILE, ETCD_KEY_FILE is set",
-                ))
-            }
-        }
-    }
-}
-
-impl Pki {
-    /// TLS=managed; `files`: whether TLS files were given too (they must not be).
-    fn parse(env: &Env, files: bool) -> Result<Option<Self>, Error> {
-        match env.get(&TLS).as_deref().unwrap_or(TLS.default) {
-            "off" => return Ok(None),
-            "managed" => {}
-            v => return Err(bad(TLS.name, v, "must be 'managed' or 'off'")),
-        }
-        if files {
-            return Err(bad(
-                TLS.name,
-                "managed",
-                "issues the function's own certificate: leave ETCD_CA_FILE, ETCD_CERT_FILE and \
-                 ETCD_KEY_FILE unset",
-            ));
-        }
-        for var in [ETCD_PEER_SCHEME, ETCD_CLIENT_SCHEME] {
-            if let Some(v) = env.get(&var).filter(|v| v != "https") {
-                return Err(bad(
-                    var.name,
-                    &v,
-                    "must be https (or unset) with TLS=managed",
-                ));
-            }
-        }
-        let extra_sans: Vec<String> = env
-            .get(&MEMBER_CERT_EXTRA_SANS)
-            .unwrap_or_default()
-            .split(',')
-            .map(|n| n.trim().to_string())
-            .filter(|n| !n.is_empty())
-            .collect();
-        for n in &extra_sans {
-            let ok = n.len() <= 253
-                && n.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || ".-:".contains(c));
-            if !ok || crate::pki::san(n).is_err() {
-                return Err(bad(
-                    MEMBER_CERT_EXTRA_SANS.name,
-                    n,
-                    "must be IP addresses or DNS names, comma-separated",
-                ));
-            }
-        }
-        let member_cert_secs = match env.get(&MEMBER_CERT_SECS) {
-            Some(_) => env.number(&MEMBER_CERT_SECS, 60, 86_400)? as i64,
-            None => env.number(&MEMBER_CERT_DAYS, 1, 3650)? as i64 * 86_400,
-        };
-        Ok(Some(Self {
-            member_cert_secs,
-            extra_sans,
-            kms_key_id: env.get(&PKI_KMS_KEY_ID),
-        }))
-    }
-}
-
-impl Topology {
-    /// `managed`: TLS=managed, which makes every URL https and adds the metrics listener.
-    fn parse(env: &Env, managed: bool) -> Result<Self, Error> {
-        let (peer_scheme, client_scheme) = match managed {
-            true => (Scheme::Https, Scheme::Https),
-            false => (
-                env.scheme(&ETCD_PEER_SCHEME)?,
-                env.scheme(&ETCD_CLIENT_SCHEME)?,
-            ),
-        };
-        Ok(Self {
-            peer_scheme,
-            peer_port: env.port(&ETCD_PEER_PORT)?,
-            client_scheme,
-            client_port: env.port(&ETCD_CLIENT_PORT)?,
-            mutual_tls: managed,
-            metrics_port: match managed {
-                true => Some(env.port(&ETCD_METRICS_PORT)?),
-                false => None,
-            },
-            auto_compaction_retention: retention(env)?,
-            quota_backend_bytes: env.number(
-                &QUOTA_BACKEND_BYTES,
-                16 << 20,
-                MAX_QUOTA_BACKEND_BYTES,
-            )?,
-            snapshot_count: env.number(&SNAPSHOT_COUNT, 100, 1_000_000)?,
-        })
-    }
-}
-
-impl BackupStore {
-    /// None: no bucket, backups off. The key prefix defaults to the parameter prefix.
-    fn parse(env: &Env, parameter_prefix: &str) -> Result<Option<Self>, Error> {
-        let Some(bucket) = env.get(&BACKUP_BUCKET) else {
-            return Ok(None);
-        };
-        let ok = (3..=63).contains(&bucket.len())
-            && bucket
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || ".-".contains(c));
-        if !ok {
-            return Err(bad(
-                BACKUP_BUCKET.name,
-                &bucket,
-                "must be an S3 bucket name: 3-63 lowercase letters, digits, '.', '-'",
-            ));
-        }
-        let prefix = env
-            .get(&BACKUP_PREFIX)
-            .unwrap_or_else(|| parameter_prefix.to_string())
-            .trim_matches('/')
-            .to_string();
-        if prefix.is_empty()
-            || !prefix
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "/_.-".contains(c))
-        {
-            return Err(bad(
-                BACKUP_PREFIX.name,
-                &prefix,
-                "must be a key prefix of letters, digits, '/', '_', '.', '-'",
-            ));
-        }
-        Ok(Some(Self { bucket, prefix }))
-    }
-}
-
-impl BackupPolicy {
-    fn parse(env: &Env) -> Result<Self, Error> {
-        Ok(Self {
-            interval_secs: env.number(&BACKUP_INTERVAL_MINUTES, 1, 1440)? as i64 * 60,
-            hourly_days: env.number(&BACKUP_HOURLY_DAYS, 1, 365)? as i64,
-            daily_days: env.number(&BACKUP_DAILY_DAYS, 1, 3650)? as i64,
-            recovery: match env.get(&RECOVERY).as_deref().unwrap_or(RECOVERY.default) {
-                "auto" => Recovery::Auto,
-                "manual" => Recovery::Manual,
-                v => return Err(bad(RECOVERY.name, v, "must be 'auto' or 'manual'")),
-            },
-        })
-    }
-}
-
 impl Timing {
     fn parse(env: &Env) -> Result<Self, Error> {
         Ok(Self {
@@ -647,102 +213,6 @@ impl Timing {
             poll_interval: env.millis(&POLL_INTERVAL_MS, 50, 60_000)?,
             deadline_margin: env.millis(&DEADLINE_MARGIN_MS, 0, 60_000)?,
         })
-    }
-}
-
-/// ADOPT_ENDPOINTS: client URLs (`scheme://host:port`), at most nine, of one scheme: `https`
-/// with TLS=managed (the adopted cluster's CA becomes the stack's: docs/adopting.md), `http`
-/// without it (the members this stack adds speak what the old ones speak).
-fn adopt_endpoints(env: &Env, managed: bool) -> Result<Vec<String>, Error> {
-    let Some(value) = env.get(&ADOPT_ENDPOINTS).filter(|v| !v.trim().is_empty()) else {
-        return Ok(vec![]);
-    };
-    let urls: Vec<String> = value.split(',').map(|u| u.trim().to_string()).collect();
-    let scheme = if managed { "https://" } else { "http://" };
-    if let Some(u) = urls.iter().find(|u| !u.starts_with(scheme)) {
-        let reason = if managed {
-            "is not https: with TLS=managed the members this stack adds speak TLS, and so must \
-             the cluster they join (adopt a plain-HTTP cluster with TLS=off)"
-        } else {
-            "is not http: a cluster with TLS is adopted with TLS=managed and its CA imported \
-             (etcd-asg adopt-secrets)"
-        };
-        return Err(bad(ADOPT_ENDPOINTS.name, u, reason));
-    }
-    let well_formed = |u: &str| {
-        u.strip_prefix(scheme)
-            .and_then(|rest| rest.rsplit_once(':'))
-            .is_some_and(|(host, port)| {
-                !host.is_empty()
-                    && host
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b".-[]:".contains(&b))
-                    && port.parse::<u16>().is_ok_and(|p| p > 0)
-            })
-    };
-    if let Some(u) = urls.iter().find(|u| !well_formed(u)) {
-        return Err(bad(
-            ADOPT_ENDPOINTS.name,
-            u,
-            "is not a client URL scheme://host:port",
-        ));
-    }
-    if urls.len() > 9 {
-        return Err(bad(
-            ADOPT_ENDPOINTS.name,
-            &value,
-            "names more than nine endpoints",
-        ));
-    }
-    Ok(urls)
-}
-
-fn bad(var: &str, value: &str, reason: &str) -> Error {
-    Error::Config {
-        var: var.to_string(),
-        value: value.to_string(),
-        reason: reason.to_string(),
-    }
-}
-
-/// Group, hook and cluster names as AWS allows them (1-255 printable characters, no control
-/// characters), so a hostile value is refused at start rather than echoed into parameters.
-fn name_value(var: &str, value: String) -> Result<String, Error> {
-    if value.len() > 255
-        || value
-            .chars()
-            .any(|c| c.is_control() || c == ',' || c == '=')
-    {
-        return Err(bad(
-            var,
-            &value,
-            "must be at most 255 characters without control characters, ',' or '='",
-        ));
-    }
-    Ok(value)
-}
-
-/// etcd's `--auto-compaction-retention` in periodic mode: a Go duration of hours, minutes or
-/// seconds (`1h`, `30m`, `90s`), or a whole number of hours. At least a minute: less would compact
-/// away what watchers still need.
-fn retention(env: &Env) -> Result<String, Error> {
-    let var = AUTO_COMPACTION_RETENTION;
-    let raw = env.get(&var).unwrap_or_else(|| var.default.to_string());
-    let v = raw.trim();
-    let (digits, unit) = v.split_at(v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len()));
-    let secs = digits.parse::<u64>().ok().and_then(|n| match unit {
-        "" | "h" => n.checked_mul(3600),
-        "m" => n.checked_mul(60),
-        "s" => Some(n),
-        _ => None,
-    });
-    match secs {
-        Some(s) if (60..=366 * 86_400).contains(&s) => Ok(v.to_string()),
-        _ => Err(bad(
-            var.name,
-            &raw,
-            "must be a duration of at least a minute and at most a year: '1h', '30m', '90s' or whole hours",
-        )),
     }
 }
 
