@@ -18,7 +18,7 @@ from . import etcd, procs
 NFT = shutil.which("nft") or "/usr/sbin/nft"
 BOOT_SCRIPT = Path(__file__).resolve().parent.parent / "boot" / "etcd-boot.sh"
 ADDRESS_TAG = "etcd-address"
-VERSION_TAG = "etcd-asg-etcd-version"  # src/model.rs VERSION_TAG
+VERSION_TAG = "etcd-asg-etcd-version"  # src/model/group.rs VERSION_TAG
 
 
 @dataclass

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, utils
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-# As src/pki.rs: the revision no auth store reaches.
+# As src/pki/tokens.rs: the revision no auth store reaches.
 ROOT_TOKEN_REVISION = 1 << 53
 
 

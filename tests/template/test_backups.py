@@ -17,7 +17,7 @@ PREFIX = f"etcd-asg-lifecycle/{STACK}"
 BUCKET_NAME = {"Fn::If": ["CreateBackupBucket", {"Ref": "BackupBucket"}, {"Ref": "BackupBucketName"}]}
 VIA_S3 = {"StringEquals": {"kms:ViaService": {"Fn::Sub": "s3.${AWS::Region}.amazonaws.com"}}}
 TAG_KEY = "etcd-asg-instance-arn"
-# src/config/mod.rs accepts BACKUP_INTERVAL_MINUTES 1..=1440, BACKUP_HOURLY_DAYS 1..=365,
+# src/config/backup.rs accepts BACKUP_INTERVAL_MINUTES 1..=1440, BACKUP_HOURLY_DAYS 1..=365,
 # BACKUP_DAILY_DAYS 1..=3650: every value a parameter allows must start the function.
 RUST_RANGES = {"BackupIntervalMinutes": (1, 1440), "BackupHourlyDays": (1, 365), "BackupDailyDays": (1, 3650)}
 CONDITIONAL = {"BackupKey", "BackupBucket", "BackupBucketPolicy"}

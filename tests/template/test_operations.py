@@ -13,7 +13,7 @@ from test_template import STACK, function, function_defaults, render, resolve, r
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "EtcdAsgLifecycle"
 TOPIC_ACTION = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
-# src/config/mod.rs: QUOTA_BACKEND_BYTES from 16 MiB to MAX_QUOTA_BACKEND_BYTES (8 GiB).
+# src/config/topology.rs: QUOTA_BACKEND_BYTES from 16 MiB to MAX_QUOTA_BACKEND_BYTES (8 GiB).
 QUOTA_MIN, QUOTA_MAX = 16 << 20, 8 << 30
 
 
@@ -303,7 +303,7 @@ def test_sam_builds_only_the_function_binary(template):
 
 
 def rust_accepts_retention(value):
-    """src/config/mod.rs `retention`: digits then '', 'h', 'm' or 's'; a minute to 366 days."""
+    """src/config/topology.rs `retention`: digits then '', 'h', 'm' or 's'; a minute to 366 days."""
     v = value.strip()
     digits = re.match(r"[0-9]*", v).group()
     unit = v[len(digits):]

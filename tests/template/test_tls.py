@@ -19,7 +19,7 @@ CA = f"{PARAMETERS}/pki/ca"
 TAG = "aws:ResourceTag/etcd-asg-instance-arn"
 VIA_SSM = {"StringEquals": {"kms:ViaService": {"Fn::Sub": "ssm.${AWS::Region}.amazonaws.com"}}}
 PKI_RESOURCES = {"PkiKey", "FunctionPkiPolicy", "InstancePkiPolicy"}
-# src/config/mod.rs: MEMBER_CERT_DAYS 1..=3650.
+# src/config/tls.rs: MEMBER_CERT_DAYS 1..=3650.
 CERT_DAYS = (1, 3650)
 MANAGED = {"ManagedTls": True, "HasZone": True, "CreateBackupBucket": True, "WithSessionManager": True,
            "HasVolumeKey": False}
