@@ -97,10 +97,11 @@ def references(mod: tuple[str, ...], is_dir_module: bool, text: str, modules: se
     for m in re.finditer(r"\buse\s+([^;]+);", text):
         paths += expand_use(m.group(1))
     paths += re.findall(r"\b((?:crate|etcd_asg_lifecycle|super|self)(?:::\w+)+)", text)
-    # A module names its children by their own name (`leaving::removals(...)`).
+    # A module names its children by their own name (`leaving::removals(...)`, and the use-trees
+    # of a mod.rs that re-exports them: `pub use record::{ClusterRecord, …}`).
     children = {m[-1] for m in modules if len(m) == len(mod) + 1 and m[: len(mod)] == mod}
     for child in children:
-        if re.search(rf"\b{re.escape(child)}::\w", text):
+        if re.search(rf"\b{re.escape(child)}::[\w{{]", text):
             paths.append(f"self::{child}")
     found = set()
     for p in paths:
