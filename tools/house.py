@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The house check (`make check`): how the files of src/ depend on each other, and how long
-the functions of src/ (Rust), tests/ (Go) and sim/, tests/, tools/ (Python) are.
+"""The house check (`make check`): how the files of src/ depend on each other, and how long the
+files and functions of src/, tests/ (Rust, Go) and sim/, tests/, tools/ (Python) are.
 
 - Every file is a room; an arrow goes from a file to each file whose items it names (`use`
   declarations and `crate::`/`super::`/`self::` paths, and a module's own `child::` paths).
@@ -12,6 +12,12 @@ the functions of src/ (Rust), tests/ (Go) and sim/, tests/, tools/ (Python) are.
   shared file (`context`, `step`, …); what one rule needs from another its mod.rs (the ranking)
   asks and hands in. Each file of the directory is named (`name.rs`) in its mod.rs's doc comment,
   so that a newcomer finds the one file a question belongs to.
+- Some rooms must never name others, whatever the floors say (FORBIDDEN): a file of
+  src/adapters/ never names crate::reconciler (adapters are thin translators: the reconciler uses
+  them, never the reverse). Each such name fails the check with its file and line; test code is
+  left out here too.
+- A source file longer than MAX_FILE_LINES lines fails the check, with no exception: Rust (src/,
+  tests/), Python (sim/, tests/, tools/) and Go (tests/). Split it into rooms of one concern each.
 - A function longer than MAX_LINES lines fails the check unless it says why, in a line starting
   `Long:`, in Rust, Go and Python alike:
   - Rust (src/): each `fn` with a body, from its `fn` line to its closing brace; the reason is a
@@ -37,7 +43,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 MAX_LINES = 80
-TEST_FILES = {"tests.rs", "fake.rs"}
+MAX_FILE_LINES = 800
+TEST_FILES = {"tests.rs"}
 # Directories of src/ that are test code whole: the in-memory fake behind the ports.
 TEST_DIRS = {"fake"}
 PYTHON_DIRS = ("sim", "tests", "tools")
@@ -46,6 +53,13 @@ SKIP_DIRS = {"node_modules", ".git", "__pycache__", "venv", ".venv", "site-packa
 # A directory of rule files, ranked by its mod.rs: its shared files, the only ones a rule file
 # may import of its siblings.
 RULE_DIRS = {("planner",): {"context", "step", "wait", "snapshots"}}
+# Rooms that must never name another: (the rooms under this module, the module they must not
+# name, anything under it included, and why).
+FORBIDDEN = [
+    (("adapters",), ("reconciler",),
+     "adapters are thin translators: the reconciler uses them, never the reverse"),
+]
+PATH = r"\b((?:crate|etcd_asg_lifecycle|super|self)(?:::\w+)+)"
 
 
 def module_of(path: Path) -> tuple[str, ...]:
@@ -70,6 +84,24 @@ def strip_tests(text: str) -> str:
             return text[: m.start()] + text[i + 1 :]
         i += 1
     return text[: m.start()]
+
+
+def blank_tests(text: str) -> str:
+    """`text` with its comments and its `#[cfg(test)] mod tests { … }` block blanked out, every
+    line break kept: an offset in it is on the same line as in `text`."""
+
+    def blank(part: str) -> str:
+        return re.sub(r"[^\n]", " ", part)
+
+    text = re.sub(r"//[^\n]*", lambda c: blank(c.group(0)), text)
+    m = re.search(r"#\[cfg\(test\)\]\s*mod\s+\w+\s*\{", text)
+    if not m:
+        return text
+    depth, i = 0, m.end() - 1
+    while i < len(text) and not (depth == 1 and text[i] == "}"):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        i += 1
+    return text[: m.start()] + blank(text[m.start() : i + 1]) + text[i + 1 :]
 
 
 def expand_use(tree: str) -> list[str]:
@@ -105,29 +137,96 @@ def references(mod: tuple[str, ...], is_dir_module: bool, text: str, modules: se
             paths.append(f"self::{child}")
     found = set()
     for p in paths:
-        parts = p.split("::")
-        if parts[0] in ("crate", "etcd_asg_lifecycle"):  # the binaries name the library
-            base, rest = (), parts[1:]
-        elif parts[0] in ("super", "self"):
-            # In a file module `a/b.rs`, `self` is a::b and `super` is a; in `a/mod.rs` the same.
-            base = mod
-            while parts and parts[0] == "super":
-                base = base[:-1]
-                parts = parts[1:]
-            if parts and parts[0] == "self":
-                parts = parts[1:]
-            rest = parts
-        else:
-            continue
-        target = base
-        for part in rest:
-            if target + (part,) in modules:
-                target = target + (part,)
-            else:
-                break
-        if target != mod and target in modules:
+        target = resolve(mod, p, modules)
+        if target is not None and target != mod and target in modules:
             found.add(target)
     return found
+
+
+def resolve(mod: tuple[str, ...], path: str, modules) -> tuple[str, ...] | None:
+    """The module a path of module `mod` names (`crate::model::Instance` -> ("model",)); None if
+    it starts from no module of ours (a dependency, a local name)."""
+    parts = path.split("::")
+    if parts[0] in ("crate", "etcd_asg_lifecycle"):  # the binaries name the library
+        base, rest = (), parts[1:]
+    elif parts[0] in ("super", "self"):
+        # In a file module `a/b.rs`, `self` is a::b and `super` is a; in `a/mod.rs` the same.
+        base = mod
+        while parts and parts[0] == "super":
+            base = base[:-1]
+            parts = parts[1:]
+        if parts and parts[0] == "self":
+            parts = parts[1:]
+        rest = parts
+    else:
+        return None
+    target = base
+    for part in rest:
+        if target + (part,) in modules:
+            target = target + (part,)
+        else:
+            break
+    return target
+
+
+def forbidden_names(modules: dict) -> list[str]:
+    """Each name, in a room under a FORBIDDEN module, of the module that room must not name (or
+    of what the library's root re-exports from it, `crate::Reconciler`): file and line."""
+    failures = []
+    root = modules.get(())
+    for below, banned, why in FORBIDDEN:
+        # What lib.rs re-exports from the banned module is named from the root.
+        aliases = set()
+        if root is not None:
+            for m in re.finditer(r"\buse\s+([^;]+);", blank_tests(root.read_text())):
+                for p in expand_use(m.group(1)):
+                    full = p if p.split("::")[0] in ("crate", "self", "super") else f"crate::{p}"
+                    target = resolve((), full, modules)
+                    if target is not None and target[: len(banned)] == banned:
+                        aliases.add(p.split("::")[-1])
+        for mod, path in sorted(modules.items()):
+            if mod[: len(below)] != below:
+                continue
+            text = blank_tests(path.read_text())
+            named = [(m.start(1), m.end(1), expand_use(m.group(1)))
+                     for m in re.finditer(r"\buse\s+([^;]+);", text)]
+            named += [(m.start(1), m.end(1), [m.group(1)]) for m in re.finditer(PATH, text)]
+            seen = set()
+            for start, end, paths in named:
+                for p in paths:
+                    target = resolve(mod, p, modules)
+                    if target is None:
+                        continue
+                    rest = p.split("::")[1:]
+                    aliased = target == () and rest and rest[0] in aliases
+                    if target[: len(banned)] != banned and not aliased:
+                        continue
+                    # The line of the banned name in the statement, else of the statement.
+                    word = re.search(rf"\b({banned[-1]}|{'|'.join(aliases) or banned[-1]})\b",
+                                     text[start:end])
+                    line = text.count("\n", 0, start + (word.start() if word else 0)) + 1
+                    if (line, p) not in seen:
+                        seen.add((line, p))
+                        failures.append(
+                            f"{path.relative_to(ROOT)}:{line}: names {p}, of crate::"
+                            f"{'::'.join(banned)}: {why}")
+    return failures
+
+
+def long_files() -> tuple[list[str], str]:
+    """A failure for each source file over MAX_FILE_LINES lines; and a summary line."""
+    failures, count, longest = [], 0, (0, None)
+    for dirs, suffix in ((("src", "tests"), ".rs"), (PYTHON_DIRS, ".py"), (GO_DIRS, ".go")):
+        for path in sources(dirs, suffix):
+            n = len(path.read_text().splitlines())
+            count += 1
+            longest = max(longest, (n, str(path.relative_to(ROOT))))
+            if n > MAX_FILE_LINES:
+                failures.append(f"{path.relative_to(ROOT)}: {n} lines (over {MAX_FILE_LINES}): "
+                                f"split it into rooms of one concern each")
+    summary = (f"files: {count} source files (Rust, Python, Go), the longest {longest[1]} "
+               f"({longest[0]} lines), none over {MAX_FILE_LINES}")
+    return failures, summary
 
 
 def rule_failures(graph: dict, modules: dict) -> tuple[list[str], list[str]]:
@@ -374,6 +473,10 @@ def main(argv: list[str]) -> int:
     failures = circles(graph)
     rule_fails, rule_summary = rule_failures(graph, modules)
     failures += rule_fails
+    forbidden = forbidden_names(modules)
+    failures += forbidden
+    file_fails, file_summary = long_files()
+    failures += file_fails
     if not failures:
         floor = {}
 
@@ -391,6 +494,10 @@ def main(argv: list[str]) -> int:
         print(f"house: {len(graph)} rooms on {max(floor.values()) + 1} floors, no circle")
         for line in rule_summary:
             print(line)
+        for below, banned, _ in FORBIDDEN:
+            print(f"forbidden: nothing under {'::'.join(below)} names "
+                  f"crate::{'::'.join(banned)}")
+        print(file_summary)
     for path in files:
         for name, line, length, doc in functions(path.read_text()):
             if length > MAX_LINES and not any(d.startswith("/// Long:") for d in doc):
