@@ -33,10 +33,48 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: -seconds(item))
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report carries each of its simulations' last log lines of the function:
+    a failure on CI, where the work directories are gone, can then be read."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        for sim in getattr(item, "simulations", []):
+            report.sections.append((f"the function's last lines ({sim.group})", function_tail(sim)))
+
+
+QUIET = {"lifecycle heartbeat", "lifecycle hook test notification acknowledged"}
+
+
+def function_tail(sim, lines: int = 40) -> str:
+    """The function's last `lines` log lines, one short line each (no spans, no step details)."""
+    try:
+        with open(os.path.join(sim.workdir, "function.log")) as f:
+            raw = f.readlines()
+    except OSError as e:
+        return f"no function log: {e}"
+    out = []
+    for line in raw:
+        try:
+            entry = json.loads(line)
+            fields = dict(entry["fields"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a metrics (EMF) line, or not the function's JSON
+        message = fields.pop("message", "")
+        if message in QUIET:
+            continue
+        fields.pop("detail", None)
+        rest = " ".join(f"{k}={v}" for k, v in fields.items())
+        out.append(f"{entry.get('level', '?')} {message} {rest}"[:300])
+    return "\n".join(out[-lines:])
+
+
 @pytest.fixture
-def simulation():
+def simulation(request):
     """Makes simulations and stops every process they started, whatever the test did."""
     made = []
+    request.node.simulations = made
 
     def make(**kw):
         # Instances run the AWS CLI through one warm process (sim/warm_aws.py); the demo steps
