@@ -21,6 +21,9 @@ type WALReport struct {
 	Entries    int `json:"entries"`
 	Applied    int `json:"applied"`
 	NotApplied int `json:"not_applied"`
+	// committed entries etcd's applier refused under an alarm, or may have refused
+	Refused  int `json:"refused_entries"`
+	Doubtful int `json:"doubtful_entries"`
 }
 
 type walVerdict int
@@ -70,6 +73,10 @@ func (c *checker) loadWAL() {
 		return
 	}
 	ev.logs = logs
+	for _, l := range logs {
+		c.sum.WAL.Refused += len(l.Refused)
+		c.sum.WAL.Doubtful += len(l.Doubtful)
+	}
 	for i := range c.h.Ops {
 		o := &c.h.Ops[i]
 		sig, unique := wal.OpSig(o)
@@ -105,9 +112,24 @@ func (c *checker) walVerdict(o *history.Op, cluster uint64) (walVerdict, int64) 
 		return c.countVerdict(l, sig)
 	}
 	if idx := l.At[sig]; len(idx) > 0 {
+		// Committed: applied unless etcd's applier refused it (wal.ClusterLog.judge).
+		applied, doubtful := uint64(0), false
+		for _, i := range idx {
+			doubtful = doubtful || l.Doubtful[i]
+			if !l.Doubtful[i] && !l.Refused[i] {
+				applied = i
+				break
+			}
+		}
+		switch {
+		case applied == 0 && doubtful:
+			return walUnknown, 0
+		case applied == 0:
+			return walNotApplied, 0 // refused under an alarm
+		}
 		bound := int64(1) << 62
 		for _, a := range c.wal.acked[cluster] {
-			if a.index > idx[0] && a.ret < bound {
+			if a.index > applied && a.ret < bound {
 				bound = a.ret
 			}
 		}
@@ -159,7 +181,16 @@ func (c *checker) countVerdict(l *wal.ClusterLog, sig string) (walVerdict, int64
 			return walUnknown, 0 // refused by which cluster?
 		}
 	}
-	switch persisted := len(l.At[sig]); {
+	persisted := 0
+	for _, i := range l.At[sig] {
+		if l.Doubtful[i] {
+			return walUnknown, 0
+		}
+		if !l.Refused[i] {
+			persisted++
+		}
+	}
+	switch {
 	case persisted == answered:
 		return walNotApplied, 0
 	case persisted == answered+c.wal.failed[sig]:

@@ -31,6 +31,10 @@ type Member struct {
 	cluster uint64
 	commit  uint64
 	Entries []raftpb.Entry
+	// restored: the log begins as etcdutl's `snapshot restore` writes one (a configuration
+	// change per member at indexes 1..n, then a snapshot at n): the member's state came from a
+	// backup, not from its log.
+	restored bool
 }
 
 // walDirOf: a data directory's WAL directory (or dir itself, if it holds .wal files).
@@ -98,6 +102,12 @@ func (m *Member) record(rec *walpb.Record, dec wal.Decoder) error {
 			return err
 		}
 		m.commit = st.Commit
+	case wal.SnapshotType:
+		var snap walpb.Snapshot
+		if err := snap.Unmarshal(rec.Data); err != nil {
+			return err
+		}
+		m.restored = m.restored || restoredAt(m.Entries, snap.Index)
 	case wal.MetadataType:
 		var md pb.Metadata
 		if err := md.Unmarshal(rec.Data); err != nil {
@@ -113,6 +123,23 @@ func (m *Member) record(rec *walpb.Record, dec wal.Decoder) error {
 	return nil
 }
 
+// restoredAt: whether a snapshot at index, after these entries, is the one etcdutl's restore
+// writes (etcdutl/snapshot/v3_snapshot.go, saveWALAndSnap): every entry before it a
+// configuration change, the last at its index. A member's own snapshot follows the entries it
+// applied (normal ones: a leader's first entry is an empty normal one), and one a member
+// received from its leader has no entry before it.
+func restoredAt(entries []raftpb.Entry, index uint64) bool {
+	if index == 0 || len(entries) == 0 || entries[len(entries)-1].Index != index {
+		return false
+	}
+	for _, e := range entries {
+		if e.Type != raftpb.EntryConfChange && e.Type != raftpb.EntryConfChangeV2 {
+			return false
+		}
+	}
+	return true
+}
+
 // ClusterLog is one cluster's log, merged from its members': each index's entry, committed
 // when some member persisted a commit index at or past it (that member's entry is the one).
 type ClusterLog struct {
@@ -123,9 +150,16 @@ type ClusterLog struct {
 	last      uint64
 	// GapFrom: every index from it to last is known.
 	GapFrom uint64
+	// Restored: a member's log began from a restored backup, whose state no entry shows.
+	Restored bool
 	// where each request was persisted, committed (indexes) or not (a count).
 	At      map[string][]uint64
 	Pending map[string]int
+	// Committed entries etcd's applier refused (Refused: a write under a NOSPACE or CORRUPT
+	// alarm), or may have refused (Doubtful: authentication changed after the request was
+	// stamped, or the alarms at its index are not known): committed is not applied (judge).
+	Refused  map[uint64]bool
+	Doubtful map[uint64]bool
 }
 
 // Merge merges the members' logs by cluster; an error if two members persisted different
@@ -141,6 +175,7 @@ func Merge(members []*Member) (map[uint64]*ClusterLog, error) {
 				At: map[string][]uint64{}, Pending: map[string]int{}}
 			out[m.cluster] = l
 		}
+		l.Restored = l.Restored || m.restored
 		for _, e := range m.Entries {
 			old, seen := l.entries[e.Index]
 			committed := e.Index <= m.commit
@@ -196,10 +231,106 @@ func (l *ClusterLog) index() {
 	for _, idx := range l.At {
 		sort.Slice(idx, func(a, b int) bool { return idx[a] < idx[b] })
 	}
+	l.judge()
 }
 
-// Complete: the log holds every index from the cluster's first.
-func (l *ClusterLog) Complete() bool { return l.first == 1 && l.GapFrom == 1 }
+// judge replays the committed log in index order for what etcd's applier refuses although
+// raft committed it (server/etcdserver/apply: uber_applier.go, apply.go, corrupt.go):
+//   - under a NOSPACE alarm (any member's), a put, a lease grant and a transaction with a put
+//     in a branch (applierV3Capped); under CORRUPT, every request (applierV3Corrupt). An alarm
+//     is raised and disarmed by an entry of the log, so the state at each index is known where
+//     the log is Complete; elsewhere (a restored backup may carry an alarm: the hibernation
+//     fence does) every write is Doubtful.
+//   - with authentication on, a request stamped with an auth revision older than the store's
+//     when it applies (ErrAuthOldRevision, or ErrUserEmpty for none; auth/store.go
+//     isOpPermitted). A fresh store's revision is 1, and each change of users or roles, and
+//     turning authentication off, moves it by one when it succeeds (commitRevision; turning it
+//     on keeps the stored revision): in a log whole from its
+//     first index, a request stamped below 1 + the changes before it is Doubtful (those changes
+//     may have succeeded), and one stamped at or above it was checked against a store no newer.
+//     While no enabling entry stands, nothing is checked.
+func (l *ClusterLog) judge() {
+	l.Refused, l.Doubtful = map[uint64]bool{}, map[uint64]bool{}
+	known := l.Complete()
+	alarms := map[[2]uint64]bool{} // (member, alarm type) raised
+	changes, enabled := uint64(0), false
+	for i := l.first; i <= l.last && l.committed[i]; i++ {
+		e, ok := l.entries[i]
+		if !ok {
+			known = false
+			continue
+		}
+		var req pb.InternalRaftRequest
+		if e.Type != raftpb.EntryNormal || len(e.Data) == 0 || req.Unmarshal(e.Data) != nil {
+			continue
+		}
+		if a := req.Alarm; a != nil {
+			switch a.Action {
+			case pb.AlarmRequest_ACTIVATE:
+				alarms[[2]uint64{a.MemberID, uint64(a.Alarm)}] = true
+			case pb.AlarmRequest_DEACTIVATE:
+				delete(alarms, [2]uint64{a.MemberID, uint64(a.Alarm)})
+			}
+			continue
+		}
+		stamp := uint64(0)
+		if req.Header != nil {
+			stamp = req.Header.AuthRevision
+		}
+		switch {
+		case !known:
+			l.Doubtful[i] = true
+		case refusedUnder(alarms, &req):
+			l.Refused[i] = true
+		case enabled && stamp < 1+changes:
+			l.Doubtful[i] = true
+		}
+		if changesAuth(&req) {
+			changes++
+		}
+		if req.AuthEnable != nil || req.AuthDisable != nil {
+			enabled = req.AuthEnable != nil
+		}
+	}
+}
+
+// refusedUnder: whether etcd's applier refuses req while these alarms are raised.
+func refusedUnder(alarms map[[2]uint64]bool, req *pb.InternalRaftRequest) bool {
+	nospace, corrupt := false, false
+	for a := range alarms {
+		nospace = nospace || a[1] == uint64(pb.AlarmType_NOSPACE)
+		corrupt = corrupt || a[1] == uint64(pb.AlarmType_CORRUPT)
+	}
+	switch {
+	case corrupt:
+		return true
+	case !nospace:
+		return false
+	case req.Put != nil, req.LeaseGrant != nil:
+		return true
+	case req.Txn != nil:
+		for _, op := range append(append([]*pb.RequestOp{}, req.Txn.Success...), req.Txn.Failure...) {
+			if op.GetRequestPut() != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// changesAuth: a request that changes users, roles or turns authentication off: each moves the
+// auth store's revision when it succeeds (commitRevision in auth/store.go; enabling does not:
+// it keeps the stored revision).
+func changesAuth(r *pb.InternalRaftRequest) bool {
+	return r.AuthDisable != nil || r.AuthUserAdd != nil || r.AuthUserDelete != nil ||
+		r.AuthUserChangePassword != nil || r.AuthUserGrantRole != nil || r.AuthUserRevokeRole != nil ||
+		r.AuthRoleAdd != nil || r.AuthRoleDelete != nil || r.AuthRoleGrantPermission != nil ||
+		r.AuthRoleRevokePermission != nil
+}
+
+// Complete: the log holds every index from the cluster's first, and the cluster's state is
+// its log's (not a restored backup's, which holds writes no entry of this log shows).
+func (l *ClusterLog) Complete() bool { return l.first == 1 && l.GapFrom == 1 && !l.Restored }
 
 // requestSigs: what identifies a request, as the recorder's operations are identified: a put
 // by its key and (unique) value, a delete by its key, a revoke by its lease; a transaction by
