@@ -10,7 +10,7 @@ TEMPLATE_VENV     ?= $(CACHE)/venv-template
 CHECKOV_VENV      ?= $(CACHE)/venv-checkov
 PYTHON            ?= python3
 CARGO             ?= cargo
-APT_PACKAGES      := etcd-server etcd-client openssl shellcheck nodejs nftables
+APT_PACKAGES      := etcd-server etcd-client openssl shellcheck nodejs nftables strace
 # The etcd versions the tests run on (docs/simulation.md says what runs where and why):
 # 3.5, 3.6 and 3.7 built from etcd's own Go modules by tools/build-etcd.sh (pinned by
 # tools/etcd/<minor>/go.mod and go.sum) into $(CACHE)/etcd-<minor>/bin; Debian's 3.4.23
@@ -107,13 +107,14 @@ e2e-3.7: deps build
 	ETCD_VERSION=3.7 $(VENV)/bin/python -m pytest -q -n $(E2E_WORKERS) --dist loadgroup --durations=5 -m v37 tests/e2e
 
 ## nemesis: the long search (sim/nemesis.py, docs/simulation.md): SEEDS seeds from FIRST_SEED, each
-## a schedule of MINUTES; SEED=N SECONDS=S replays one run (the command a failing run prints)
+## a schedule of MINUTES; SEED=N SECONDS=S replays one run (the command a failing run prints), ONLY=0,3
+## with only those operations of it, MINIMIZE=1 finds the fewest that still fail
 SEEDS             ?= 10
 FIRST_SEED        ?= 1
 MINUTES           ?= 10
 nemesis: deps build
 	ETCD_VERSION=$${ETCD_VERSION:-3.6} $(VENV)/bin/python -m sim.nemesis \
-		$(if $(SEED),--seed $(SEED) --seconds $(or $(SECONDS),120),--seeds $(FIRST_SEED)-$(shell echo $$(( $(FIRST_SEED) + $(SEEDS) - 1 ))) --seconds $(shell echo $$(( $(MINUTES) * 60 ))))
+		$(if $(SEED),--seed $(SEED) --seconds $(or $(SECONDS),120) $(if $(ONLY),--only $(ONLY)) $(if $(MINIMIZE),--minimize),--seeds $(FIRST_SEED)-$(shell echo $$(( $(FIRST_SEED) + $(SEEDS) - 1 ))) --seconds $(shell echo $$(( $(MINUTES) * 60 ))))
 
 ## e2e-upgrade: a 3.4 cluster rolled to 3.5, 3.6 and 3.7, member by member (part of e2e-3.7)
 e2e-upgrade: deps build

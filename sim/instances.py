@@ -16,6 +16,7 @@ from . import etcd, procs
 
 # nftables' command: in /usr/sbin, which a PATH for unprivileged users may leave out.
 NFT = shutil.which("nft") or "/usr/sbin/nft"
+STRACE = shutil.which("strace") or "/usr/bin/strace"
 BOOT_SCRIPT = Path(__file__).resolve().parent.parent / "boot" / "etcd-boot.sh"
 ADDRESS_TAG = "etcd-address"
 VERSION_TAG = "etcd-asg-etcd-version"  # src/model/group.rs VERSION_TAG
@@ -135,6 +136,36 @@ class InstanceControl:
 
     def resume_instance(self, iid: str):
         procs.resume(self.instances[iid].proc)
+
+    def etcd_pid(self, iid: str) -> int | None:
+        """The PID of the etcd an instance's boot script runs (in the script's process group)."""
+        inst = self.instances.get(iid)
+        if inst is None or inst.proc is None or inst.proc.poll() is not None:
+            return None
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+            if comm == "etcd" and int(rest[2]) == inst.proc.pid:  # state, ppid, pgrp
+                return int(entry)
+        return None
+
+    def slow_disk(self, iid: str, delay_ms: int) -> subprocess.Popen | None:
+        """A slow disk under an instance's etcd: each of its fsync and fdatasync calls (its WAL's
+        and its backend's commits) held `delay_ms` before it runs, by strace's syscall delay
+        injection (strace(1), `-e inject=…:delay_enter=`), until the returned tracer is stopped
+        (procs.stop: strace detaches on SIGTERM). None: no etcd runs there."""
+        pid = self.etcd_pid(iid)
+        if pid is None:
+            return None
+        argv = [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "trace=fsync,fdatasync",
+                "-e", f"inject=fsync,fdatasync:delay_enter={delay_ms * 1000}", "-p", str(pid)]
+        return procs.spawn(argv, {"PATH": "/usr/bin:/bin"}, os.path.join(self.workdir, f"slow-{iid}.log"))
 
     def client_url(self, iid: str) -> str:
         return f"{self.scheme}://{self.instances[iid].address}:2379"

@@ -43,7 +43,7 @@ import traceback
 import urllib.request
 from dataclasses import asdict, dataclass, field
 
-from sim import etcd
+from sim import etcd, procs
 from sim.world import NFT, Simulation
 
 # How long the group may take to converge once everything has healed: a killed member is replaced
@@ -70,6 +70,7 @@ KINDS = {
     "version": 1,  # the launch template's etcd moved a minor forward, or back while etcd allows it
     "request": 1,  # an operator's restore request (`etcd-asg restore latest`): never over a serving cluster
     "refresh": 1,  # an instance refresh (forward only: the newest minor, or the same), cancelled at the heal
+    "slow": 2,  # a member's disk slowed: each fsync and fdatasync held 50 ms to 1 s (strace's delay injection)
 }
 
 # A refresh's (MinHealthyPercentage, MaxHealthyPercentage): AWS's default, launch before
@@ -92,6 +93,7 @@ class Op:
     mix: list = field(default_factory=list)  # aws: the fault layer's rules
     minor: str = ""  # version, refresh: the minor the template moves to
     healthy: list = field(default_factory=list)  # refresh: [MinHealthyPercentage, MaxHealthyPercentage]
+    delay_ms: int = 0  # slow: how long each fsync is held
 
 
 def schedule(seed: int, seconds: float) -> list[Op]:
@@ -117,6 +119,8 @@ def schedule(seed: int, seconds: float) -> list[Op]:
             op.minor = rng.choice(MINORS)
             op.healthy = list(rng.choice(REFRESH_HEALTHY))
             op.seconds = round(rng.uniform(2, 8), 1)  # the warmup
+        elif kind == "slow":
+            op.delay_ms = rng.choice([50, 200, 500, 1000])
         out.append(op)
         t += rng.uniform(4, 20)
     return out
@@ -211,6 +215,17 @@ class Run:
         if inst is not None and inst.proc is not None:
             self.sim.resume_instance(iid)
         self.faulted.pop(iid, None)
+
+    def op_slow(self, op: Op) -> str:
+        iid = self.victim(op.pick)
+        if iid is None:
+            return "skipped: a minority is faulted already"
+        tracer = self.sim.slow_disk(iid, op.delay_ms)
+        if tracer is None:
+            return f"skipped: no etcd runs on {iid}"
+        self.faulted[iid] = "slow disk"
+        self.later(op.seconds, f"{iid}'s disk fast again", lambda: (procs.stop(tracer), self.faulted.pop(iid, None)))
+        return f"{iid}: each fsync held {op.delay_ms} ms, for {op.seconds}s"
 
     def op_cut(self, op: Op) -> str:
         iid = self.victim(op.pick)
@@ -420,14 +435,19 @@ def lapsed(sim: Simulation) -> list[dict]:
         return json.loads(r.read())
 
 
-def replay_command(seed: int, seconds: float) -> str:
+def replay_command(seed: int, seconds: float, only: list[int] | None = None) -> str:
     version = os.environ.get("ETCD_VERSION", "3.6")
-    return f"ETCD_VERSION={version} make nemesis SEED={seed} SECONDS={seconds:g}"
+    kept = f" ONLY={','.join(map(str, only))}" if only is not None else ""
+    return f"ETCD_VERSION={version} make nemesis SEED={seed} SECONDS={seconds:g}{kept}"
 
 
-def run(seed: int, seconds: float, workdir: str | None = None, log=print) -> list[str]:
-    """One seeded run in a simulation of its own: the problems found (empty: passed)."""
+def run(seed: int, seconds: float, workdir: str | None = None, log=print,
+        only: list[int] | None = None) -> list[str]:
+    """One seeded run in a simulation of its own: the problems found (empty: passed). `only`:
+    the indexes of the schedule's operations to keep (a minimized schedule), at their times."""
     ops = schedule(seed, seconds)
+    if only is not None:
+        ops = [ops[i] for i in only if i < len(ops)]
     workdir = workdir or tempfile.mkdtemp(prefix=f"nemesis-{seed}-")
     with open(os.path.join(workdir, "schedule.json"), "w") as f:
         json.dump({"seed": seed, "seconds": seconds, "ops": [asdict(o) for o in ops]}, f, indent=1)
@@ -457,11 +477,34 @@ def run(seed: int, seconds: float, workdir: str | None = None, log=print) -> lis
         log(f"nemesis: seed {seed} FAILED ({len(found)} findings), kept in {workdir}:")
         for line in found:
             log(f"  - {line}")
-        log(f"  replay: {replay_command(seed, seconds)}")
+        log(f"  replay: {replay_command(seed, seconds, only)}")
     else:
         log(f"nemesis: seed {seed} passed ({len(ops)} operations over {seconds:g} s)")
         shutil.rmtree(workdir, ignore_errors=True)
     return found
+
+
+def minimize(seed: int, seconds: float, log=print) -> list[int]:
+    """The fewest of a failing seed's operations that still fail, by Zeller's ddmin: drop a
+    chunk and keep the drop if the run still fails, chunks halving down to single operations.
+    Each try is a whole run (minutes), and real timing varies: a schedule that failed once may
+    pass the next time, so the result is the shortest found, not a proof of the shortest."""
+    keep = list(range(len(schedule(seed, seconds))))
+    chunks = 2
+    while len(keep) > 1:
+        size = max(1, len(keep) // chunks)
+        for start in range(0, len(keep), size):
+            trial = keep[:start] + keep[start + size:]
+            log(f"nemesis: minimizing seed {seed}: trying {len(trial)} of {len(keep)} operations {trial}")
+            if run(seed, seconds, log=log, only=trial):
+                keep, chunks = trial, max(chunks - 1, 2)
+                break
+        else:
+            if size == 1:
+                break
+            chunks = min(len(keep), chunks * 2)
+    log(f"nemesis: seed {seed} minimized to operations {keep}: {replay_command(seed, seconds, keep)}")
+    return keep
 
 
 def seeds_of(spec: str) -> list[int]:
@@ -479,17 +522,26 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", help="as --seed")
     p.add_argument("--seconds", type=float, default=120, help="each schedule's length")
     p.add_argument("--show", action="store_true", help="print the schedule only")
+    p.add_argument("--only", help="keep only these operations of the schedule (indexes: 0,3,5)")
+    p.add_argument("--minimize", action="store_true",
+                   help="a failing seed: find the fewest of its operations that still fail")
     args = p.parse_args(argv)
     seeds = seeds_of(args.seed or args.seeds or "1")
+    only = [int(i) for i in args.only.split(",")] if args.only else None
+    if args.minimize:
+        for seed in seeds:
+            minimize(seed, args.seconds)
+        return 0
     if args.show:
         for seed in seeds:
-            for op in schedule(seed, args.seconds):
-                print(seed, json.dumps(asdict(op)))
+            for n, op in enumerate(schedule(seed, args.seconds)):
+                if only is None or n in only:
+                    print(seed, n, json.dumps(asdict(op)))
         return 0
     failed = []
     began = time.monotonic()
     for seed in seeds:
-        if run(seed, args.seconds):
+        if run(seed, args.seconds, only=only):
             failed.append(seed)
     print(f"nemesis: {len(seeds) - len(failed)} passed, {len(failed)} failed in {time.monotonic() - began:.0f} s"
           + (f"; failed seeds {failed}" if failed else ""))
