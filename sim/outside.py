@@ -2,7 +2,7 @@
 own): what `ADOPT_ENDPOINTS` adopts (docs/adopting.md), started as a team's boot scripts would
 have started it (static `--initial-cluster`, names of their own). Plain HTTP, or mutual TLS with
 a CA of its own (made here, as a team's cfssl or openssl would) and etcd's authentication on
-(a `root` user with a password, etcd's default simple tokens)."""
+(a `root` user with a password, etcd's default simple tokens, or JWTs: `use_jwt`)."""
 
 from __future__ import annotations
 
@@ -120,6 +120,7 @@ class OutsideCluster:
         self.initial = ",".join(f"old-{k}={self.scheme}://{a}:2380" for k, a in enumerate(self.addresses, 1))
         self.token = f"outside-{os.getpid()}-{random.randint(0, 1 << 30)}"
         self.procs: dict[int, subprocess.Popen] = {}
+        self.auth_token: list[str] = []  # etcd's default: simple tokens
         for k in range(1, n + 1):
             self.start(k)
         deadline = time.monotonic() + 60
@@ -161,7 +162,7 @@ class OutsideCluster:
                 "--listen-client-urls", f"{s}://{a}:2379", "--advertise-client-urls", f"{s}://{a}:2379",
                 "--listen-peer-urls", f"{s}://{a}:2380", "--initial-advertise-peer-urls", f"{s}://{a}:2380",
                 "--initial-cluster", self.initial, "--initial-cluster-token", self.token,
-                "--initial-cluster-state", "new", "--unsafe-no-fsync"]
+                "--initial-cluster-state", "new", "--unsafe-no-fsync", *self.auth_token]
         if self.ca:
             cert, key = self.certs[k]
             argv += ["--cert-file", cert, "--key-file", key, "--client-cert-auth",
@@ -173,16 +174,38 @@ class OutsideCluster:
     def stop(self, k: int):
         procs.stop(self.procs[k], kill=True)
 
+    def use_jwt(self):
+        """What docs/adopting.md asks of a cluster with authentication on and simple tokens before
+        an adoption with TLS: its members restarted one at a time with `--auth-token jwt`, keys of
+        the team's own (ES256), each back and healthy before the next."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        priv, pub = (os.path.join(self.workdir, f"jwt.{n}") for n in ("key", "pub"))
+        with open(os.open(priv, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+            f.write(_pem_key(key))
+        with open(pub, "wb") as f:
+            f.write(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                  serialization.PublicFormat.SubjectPublicKeyInfo))
+        self.auth_token = ["--auth-token", f"jwt,pub-key={pub},priv-key={priv},sign-method=ES256,ttl=10m"]
+        for k in range(1, len(self.addresses) + 1):
+            self.stop(k)
+            self.start(k)
+            deadline = time.monotonic() + 60
+            while self.etcdctl("endpoint", "health", endpoints=self.url(k)).returncode != 0:
+                assert time.monotonic() < deadline, f"old-{k} did not come back; see {self.workdir}"
+                time.sleep(0.3)
+
     def running(self, k: int) -> bool:
         return self.procs[k].poll() is None
 
-    def etcdctl(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-        """etcdctl as root (with TLS: the CA's `root` certificate) at every member."""
+    def etcdctl(self, *args: str, timeout: float = 30, endpoints: str | None = None) -> subprocess.CompletedProcess:
+        """etcdctl as root (with TLS: the CA's `root` certificate) at every member, or at
+        `endpoints`."""
         ctl = os.path.join(os.path.dirname(self.etcd_bin), "etcdctl")
         creds = []
         if self.ca:
             creds = ["--cacert", self.ca.cert_file, "--cert", self.root_cert[0], "--key", self.root_cert[1]]
-        return subprocess.run([ctl, "--endpoints", self.endpoints(), "--command-timeout", "5s", *creds, *args],
+        return subprocess.run([ctl, "--endpoints", endpoints or self.endpoints(), "--command-timeout", "5s", *creds,
+                               *args],
                               capture_output=True, text=True, timeout=timeout, env={})
 
     def cluster_id(self) -> int:

@@ -81,6 +81,10 @@ pub struct ClusterView {
     /// A cluster not this stack's yet (one to adopt) whose authentication is on, and the
     /// function cannot act as its `root` there: why (etcd's refusal). None otherwise.
     pub root_refused: Option<String>,
+    /// A cluster to adopt whose authentication is on: the members whose login as `root` gave
+    /// etcd's simple tokens (`--auth-token simple`, its default) rather than JWTs. Empty
+    /// otherwise.
+    pub simple_tokens: Vec<String>,
     /// The cluster version (`etcdcluster` of the answering member's `/version`): the lowest
     /// minor every member runs, raised by the leader. None: not decided yet, or unreadable.
     pub cluster_version: Option<Version>,

@@ -138,7 +138,28 @@ fn unfit(ctx: &Context) -> Option<String> {
         }
         None => return Some("the cluster does not say its version".into()),
     };
-    too_big(ctx).or_else(|| joiners_refused(ctx, cluster))
+    mixed_tokens(ctx)
+        .or_else(|| too_big(ctx))
+        .or_else(|| joiners_refused(ctx, cluster))
+}
+
+/// With TLS=managed the stack's members sign JWTs (`MemberConfig::root_tokens`); an old member
+/// that hands out etcd's simple tokens must not serve beside them. etcd replicates a password
+/// login with the token prefix of the member that took it, which a JWT member leaves empty
+/// (`server/auth/jwt.go` `genTokenPrefix`), and a simple-token member registers the token
+/// `"<prefix>.<raft index>"` (`server/auth/simple_token.go` `assign`): a login at a new member
+/// would give every old one the guessable token `.<index>` for that user, root's included.
+/// With TLS=off both sides use simple tokens, each with a random prefix: nothing mixes.
+fn mixed_tokens(ctx: &Context) -> Option<String> {
+    let member = ctx.view.simple_tokens.first()?;
+    ctx.settings.topology.mutual_tls.then(|| {
+        format!(
+            "member {member} hands out etcd's simple tokens (--auth-token simple, the default), \
+             and the stack's members use JWTs: while both serve, a password login at a new \
+             member would give the old ones a guessable token for that user. Restart the old \
+             members with --auth-token jwt,... first (docs/adopting.md)"
+        )
+    })
 }
 
 /// The share of QUOTA_BACKEND_BYTES (in tenths) the largest member's database may fill for the

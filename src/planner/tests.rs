@@ -132,6 +132,7 @@ impl Given {
             history_compacted: false,
             auth_enabled: false,
             root_refused: None,
+            simple_tokens: vec![],
             cluster_version: Some(crate::model::Version::new(3, 6, 0)),
             peer_connected: Default::default(),
         });

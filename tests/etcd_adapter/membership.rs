@@ -162,7 +162,11 @@ async fn membership_calls_against_a_real_cluster() {
 #[tokio::test]
 async fn a_member_the_function_cannot_reach_is_seen_connected_by_its_peers() {
     let dir = tempfile::tempdir().unwrap();
-    let etcd = EtcdMembers::new(Duration::from_secs(3), None).unwrap();
+    // The function expects a metrics port (the stack's members serve one) that these members,
+    // as an adopted cluster's, do not: their metrics are read on their client URLs.
+    let etcd = EtcdMembers::new(Duration::from_secs(3), None)
+        .unwrap()
+        .with_metrics_port(Some(support::free_port()));
     let mut nodes: Vec<Etcd> = ["n1", "n2", "n3"]
         .iter()
         .map(|n| Etcd::new(n, dir.path()))

@@ -219,6 +219,32 @@ impl EtcdMembers {
         }
     }
 
+    /// A cluster to adopt with authentication on, the function its root: the members whose
+    /// login gave etcd's simple tokens. Each member is read once as root (a serializable count,
+    /// which logs in first where the function's own tokens are refused) and its login token
+    /// looked at; one that does not answer is left to the adoption's health check.
+    pub(super) async fn simple_token_members(
+        &self,
+        members: &[crate::model::Member],
+    ) -> Vec<String> {
+        let mut simple = vec![];
+        for m in members {
+            let Some(url) = m.client_urls.first() else {
+                continue;
+            };
+            let body = json!({"key": "AA==", "serializable": true, "count_only": true});
+            if self
+                .call::<Value>("range", url, "/v3/kv/range", body, None)
+                .await
+                .is_ok()
+                && self.login_token(url).is_some_and(|t| is_simple_token(&t))
+            {
+                simple.push(m.name.clone());
+            }
+        }
+        simple
+    }
+
     /// Whether `user` logs in with `password` through the gateway, as its programs will: a user
     /// made without a password (a certificate user of that name) cannot, whatever it is given.
     pub(super) async fn check_login(
@@ -330,5 +356,33 @@ impl EtcdMembers {
             self.check_login(endpoint, name, password).await?;
         }
         Ok(())
+    }
+}
+
+/// Whether `token` is one of etcd's simple tokens: 16 random letters, a dot and the raft index
+/// of the login (`server/auth/simple_token.go`: `assign` formats `"%s.%d"`); a JWT has three
+/// dot-separated parts (`server/auth/jwt.go`).
+pub(super) fn is_simple_token(token: &str) -> bool {
+    token.split_once('.').is_some_and(|(prefix, index)| {
+        prefix.chars().all(|c| c.is_ascii_alphabetic())
+            && !index.is_empty()
+            && index.chars().all(|c| c.is_ascii_digit())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_simple_token;
+
+    #[test]
+    fn simple_tokens_are_told_from_jwts() {
+        assert!(is_simple_token("nBqGHxWJdVPwXUSk.42"));
+        // A JWT member's login replicated to a simple-token member: the empty prefix.
+        assert!(is_simple_token(".42"));
+        assert!(!is_simple_token(
+            "eyJhbGciOiJFUzI1NiJ9.eyJ1c2VybmFtZSI6InJvb3QifQ.c2ln"
+        ));
+        assert!(!is_simple_token("nBqGHxWJdVPwXUSk"));
+        assert!(!is_simple_token("nBqGHxWJdVPwXUSk."));
     }
 }

@@ -46,32 +46,41 @@ impl EtcdMembers {
             return connected;
         };
         for m in members.iter().filter(|m| healthy.contains(&m.id)) {
-            let Some(url) = m.client_urls.first().and_then(|u| self.metrics_url(u)) else {
+            let Some(client_url) = m.client_urls.first() else {
                 continue;
             };
-            let text = async {
-                client
-                    .get(url.clone())
-                    .timeout(HEALTH_TIMEOUT)
-                    .send()
-                    .await?
-                    .error_for_status()?
-                    .text()
-                    .await
-            };
-            match text.await {
-                Ok(text) => {
-                    let seen: Vec<MemberId> =
-                        active_peers(&text).filter(|id| down.contains(id)).collect();
-                    if !seen.is_empty() {
-                        // Which member vouches for which: a dead member kept from replacement
-                        // by a stale gauge would be named here.
-                        tracing::info!(reporter = %m.id, connected = ?seen,
-                            "peer view: a member that does not answer the function has an active raft connection");
+            // The metrics port first (the stack's members serve it), then the client URL:
+            // etcd serves /metrics there too, and an adopted member serves no metrics port.
+            let mut page = None;
+            for url in self.metrics_urls(client_url) {
+                let text = async {
+                    client
+                        .get(url.clone())
+                        .timeout(HEALTH_TIMEOUT)
+                        .send()
+                        .await?
+                        .error_for_status()?
+                        .text()
+                        .await
+                };
+                match text.await {
+                    Ok(text) => {
+                        page = Some(text);
+                        break;
                     }
-                    connected.extend(seen);
+                    Err(e) => tracing::debug!(%url, error = %e, "peer view: metrics unreadable"),
                 }
-                Err(e) => tracing::debug!(%url, error = %e, "peer view: metrics unreadable"),
+            }
+            if let Some(text) = page {
+                let seen: Vec<MemberId> =
+                    active_peers(&text).filter(|id| down.contains(id)).collect();
+                if !seen.is_empty() {
+                    // Which member vouches for which: a dead member kept from replacement
+                    // by a stale gauge would be named here.
+                    tracing::info!(reporter = %m.id, connected = ?seen,
+                        "peer view: a member that does not answer the function has an active raft connection");
+                }
+                connected.extend(seen);
             }
             if down.iter().all(|d| connected.contains(d)) {
                 break;
@@ -109,14 +118,24 @@ impl EtcdMembers {
         versions?.etcdcluster.parse().ok()
     }
 
-    fn metrics_url(&self, client_url: &str) -> Option<reqwest::Url> {
-        let mut url = reqwest::Url::parse(client_url).ok()?;
-        if let Some(port) = self.metrics_port {
-            url.set_scheme("http").ok()?;
-            url.set_port(Some(port)).ok()?;
-        }
+    /// Where a member's `/metrics` is read: on the metrics port in plain HTTP when the stack
+    /// has one (TLS=managed's `ETCD_LISTEN_METRICS_URLS`), then on its client URL, which etcd
+    /// serves it on too (<https://etcd.io/docs/v3.6/op-guide/monitoring/>): an adopted member
+    /// has no metrics port.
+    fn metrics_urls(&self, client_url: &str) -> Vec<reqwest::Url> {
+        let Ok(mut url) = reqwest::Url::parse(client_url) else {
+            return vec![];
+        };
         url.set_path("/metrics");
-        Some(url)
+        let mut out = vec![];
+        if let Some(port) = self.metrics_port {
+            let mut plain = url.clone();
+            if plain.set_scheme("http").is_ok() && plain.set_port(Some(port)).is_ok() {
+                out.push(plain);
+            }
+        }
+        out.push(url);
+        out
     }
 
     async fn list(&self, endpoint: &str) -> Result<ListResponse, Error> {
@@ -186,9 +205,16 @@ impl EtcdMembers {
             None if auth_enabled => self.root_refused(endpoint).await?,
             _ => None,
         };
+        let simple_tokens = match cluster {
+            None if auth_enabled && root_refused.is_none() => {
+                self.simple_token_members(&members).await
+            }
+            _ => vec![],
+        };
         let cluster_version = self.cluster_version(endpoint).await;
         Ok(ClusterView {
             root_refused,
+            simple_tokens,
             cluster_version,
             cluster_id: list.header.cluster_id,
             members,
@@ -495,12 +521,22 @@ mod tests {
     }
 
     #[test]
-    fn metrics_are_read_on_the_metrics_port_in_plain_http_when_there_is_one() {
+    fn metrics_are_read_on_the_metrics_port_in_plain_http_then_on_the_client_url() {
         let m = EtcdMembers::new(Duration::from_secs(1), None).unwrap();
-        let plain = m.metrics_url("http://10.0.0.2:2379").unwrap();
-        assert_eq!(plain.as_str(), "http://10.0.0.2:2379/metrics");
+        let urls = |m: &EtcdMembers, u| -> Vec<String> {
+            m.metrics_urls(u).iter().map(|u| u.to_string()).collect()
+        };
+        assert_eq!(
+            urls(&m, "http://10.0.0.2:2379"),
+            ["http://10.0.0.2:2379/metrics"]
+        );
         let m = m.with_metrics_port(Some(2381));
-        let tls = m.metrics_url("https://10.0.0.2:2379").unwrap();
-        assert_eq!(tls.as_str(), "http://10.0.0.2:2381/metrics");
+        assert_eq!(
+            urls(&m, "https://10.0.0.2:2379"),
+            [
+                "http://10.0.0.2:2381/metrics",
+                "https://10.0.0.2:2379/metrics"
+            ]
+        );
     }
 }

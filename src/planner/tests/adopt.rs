@@ -441,3 +441,37 @@ fn an_adopted_members_down_mark_goes_once_it_answers_or_is_gone() {
         .retain(|m| m.id != MemberId(202));
     assert_eq!(gone.plan(), forget);
 }
+
+#[test]
+fn simple_tokens_beside_the_stacks_jwts_are_refused_and_with_tls_off_they_mix_with_nothing() {
+    let group = || (1..=3).map(|n| inst(n, PendingWait)).collect::<Vec<_>>();
+    let with_tokens = |mutual_tls: bool, simple: &[&str]| {
+        let mut g = adopting(given(group()).members((1..=3).map(adopted).collect()));
+        g.settings.as_mut().unwrap().topology.mutual_tls = mutual_tls;
+        if let ClusterState::Known(v) = &mut g.obs.cluster {
+            v.auth_enabled = true;
+            v.simple_tokens = simple.iter().map(|s| s.to_string()).collect();
+        }
+        g
+    };
+    match with_tokens(true, &["old-2"]).plan() {
+        Step::Wait(Wait::AdoptionRefused { why }) => {
+            assert!(
+                why.contains("member old-2 hands out etcd's simple tokens"),
+                "{why}"
+            );
+            assert!(why.contains("--auth-token jwt"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Every old member on JWTs: adopted.
+    assert!(matches!(
+        with_tokens(true, &[]).plan(),
+        Step::CreateCluster(_)
+    ));
+    // TLS=off: the stack's members use simple tokens too, each login's prefix random.
+    assert!(matches!(
+        with_tokens(false, &["old-1", "old-2"]).plan(),
+        Step::CreateCluster(_)
+    ));
+}
