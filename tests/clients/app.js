@@ -141,9 +141,11 @@ async function workload(o) {
     }
     await sleep(20);
   }
-  // The watch catches up with every acknowledged write (or 20 s pass).
+  // The watch catches up with every acknowledged write (or 60 s pass: after the last leader
+  // move its stream may still be reconnecting through the load balancer, backing off; once 20 s
+  // were too few for the last write's event).
   const want = new Set(acked);
-  for (let i = 0; i < 200 && events.filter(([k]) => want.has(k)).length < want.size; i += 1) {
+  for (let i = 0; i < 600 && events.filter(([k]) => want.has(k)).length < want.size; i += 1) {
     await sleep(100);
   }
   const alive = await insist(() => ns.get('alive').string());

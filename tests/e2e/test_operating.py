@@ -114,8 +114,10 @@ def test_nospace_is_recovered_without_an_operator_and_no_latest_value_is_lost(si
     else:
         raise AssertionError("the quota was never reached")
     assert any(a.get("alarm") == "NOSPACE" for a in _alarms(sim)), "NOSPACE raised"
-    # The function compacts, defragments every member and disarms: writable again.
-    wait_for("the alarm to be disarmed", 120,
+    # The function compacts, defragments every member and disarms: writable again. (Seconds
+    # alone; once not within 120 s on CI with four tests at a time, nothing then said why: a
+    # failure now carries the function's last lines.)
+    wait_for("the alarm to be disarmed", 240,
               lambda: any(s.startswith("disarm-alarm") for s in _steps(sim)) and not _alarms(sim))
     etcd.put(url, "/after", "writable")
     for key, n in latest.items():
