@@ -150,6 +150,8 @@ type ClusterLog struct {
 	last      uint64
 	// GapFrom: every index from it to last is known.
 	GapFrom uint64
+	// commit: the highest commit index a member persisted.
+	commit uint64
 	// Restored: a member's log began from a restored backup, whose state no entry shows.
 	Restored bool
 	// where each request was persisted, committed (indexes) or not (a count).
@@ -176,6 +178,9 @@ func Merge(members []*Member) (map[uint64]*ClusterLog, error) {
 			out[m.cluster] = l
 		}
 		l.Restored = l.Restored || m.restored
+		if m.commit > l.commit {
+			l.commit = m.commit
+		}
 		for _, e := range m.Entries {
 			old, seen := l.entries[e.Index]
 			committed := e.Index <= m.commit
@@ -238,9 +243,11 @@ func (l *ClusterLog) index() {
 // raft committed it (server/etcdserver/apply: uber_applier.go, apply.go, corrupt.go):
 //   - under a NOSPACE alarm (any member's), a put, a lease grant and a transaction with a put
 //     in a branch (applierV3Capped); under CORRUPT, every request (applierV3Corrupt). An alarm
-//     is raised and disarmed by an entry of the log, so the state at each index is known where
-//     the log is Complete; elsewhere (a restored backup may carry an alarm: the hibernation
-//     fence does) every write is Doubtful.
+//     is raised and disarmed by an entry of the log, so the state at each index is known in a
+//     log whole from index 1 up to it; after a hole, and in a log begun from a restored backup
+//     (which may carry an alarm: the hibernation fence does), every write is Doubtful. etcd 3.4
+//     and 3.5 swap the applier per alarm type, so with both types raised, or one cleared while
+//     the other stands, writes are Doubtful until every alarm is clear.
 //   - with authentication on, a request stamped with an auth revision older than the store's
 //     when it applies (ErrAuthOldRevision, or ErrUserEmpty for none; auth/store.go
 //     isOpPermitted). A fresh store's revision is 1, and each change of users or roles, and
@@ -248,16 +255,22 @@ func (l *ClusterLog) index() {
 //     on keeps the stored revision): in a log whole from its
 //     first index, a request stamped below 1 + the changes before it is Doubtful (those changes
 //     may have succeeded), and one stamped at or above it was checked against a store no newer.
-//     While no enabling entry stands, nothing is checked.
+//     Before any enabling entry nothing is checked; after one, always (a disabling by another
+//     user than root is refused).
 func (l *ClusterLog) judge() {
 	l.Refused, l.Doubtful = map[uint64]bool{}, map[uint64]bool{}
-	known := l.Complete()
-	alarms := map[[2]uint64]bool{} // (member, alarm type) raised
+	known := l.first == 1 && !l.Restored // until a hole
+	alarms := map[[2]uint64]bool{}       // (member, alarm type) raised
+	// etcd 3.4 and 3.5 swap the applier at each change of an alarm type (etcdserver/apply.go
+	// applyAlarm): with both types raised, or one type cleared while the other stands, which
+	// applier runs is not what the raised alarms say (3.6 rebuilds it from them). Until every
+	// alarm is clear again, writes are Doubtful.
+	mixed := false
 	changes, enabled := uint64(0), false
-	for i := l.first; i <= l.last && l.committed[i]; i++ {
+	for i := l.first; i <= l.last && i <= l.commit; i++ {
 		e, ok := l.entries[i]
-		if !ok {
-			known = false
+		if !ok || !l.committed[i] {
+			known = false // a hole, or an entry no member that persisted it had committed
 			continue
 		}
 		var req pb.InternalRaftRequest
@@ -271,6 +284,15 @@ func (l *ClusterLog) judge() {
 			case pb.AlarmRequest_DEACTIVATE:
 				delete(alarms, [2]uint64{a.MemberID, uint64(a.Alarm)})
 			}
+			nospace, corrupt := raised(alarms)
+			switch {
+			case !nospace && !corrupt:
+				mixed = false
+			case nospace && corrupt,
+				a.Action == pb.AlarmRequest_DEACTIVATE && a.Alarm == pb.AlarmType_NOSPACE && corrupt,
+				a.Action == pb.AlarmRequest_DEACTIVATE && a.Alarm == pb.AlarmType_CORRUPT && nospace:
+				mixed = true // both, or one type cleared while the other stands
+			}
 			continue
 		}
 		stamp := uint64(0)
@@ -278,7 +300,7 @@ func (l *ClusterLog) judge() {
 			stamp = req.Header.AuthRevision
 		}
 		switch {
-		case !known:
+		case !known || mixed:
 			l.Doubtful[i] = true
 		case refusedUnder(alarms, &req):
 			l.Refused[i] = true
@@ -288,19 +310,25 @@ func (l *ClusterLog) judge() {
 		if changesAuth(&req) {
 			changes++
 		}
-		if req.AuthEnable != nil || req.AuthDisable != nil {
-			enabled = req.AuthEnable != nil
-		}
+		// Once on, checked for good: a refused disabling (not root's) leaves it on.
+		enabled = enabled || req.AuthEnable != nil
 	}
 }
 
-// refusedUnder: whether etcd's applier refuses req while these alarms are raised.
-func refusedUnder(alarms map[[2]uint64]bool, req *pb.InternalRaftRequest) bool {
-	nospace, corrupt := false, false
+// raised: whether a NOSPACE, and a CORRUPT, alarm stands.
+func raised(alarms map[[2]uint64]bool) (nospace, corrupt bool) {
 	for a := range alarms {
 		nospace = nospace || a[1] == uint64(pb.AlarmType_NOSPACE)
 		corrupt = corrupt || a[1] == uint64(pb.AlarmType_CORRUPT)
 	}
+	return nospace, corrupt
+}
+
+// refusedUnder: whether etcd's applier refuses req while these alarms are raised: under CORRUPT
+// every request; under NOSPACE a put, a lease grant, and a transaction that costs space (a put
+// in either branch, or in a transaction nested in one: storage/quota.go costTxn).
+func refusedUnder(alarms map[[2]uint64]bool, req *pb.InternalRaftRequest) bool {
+	nospace, corrupt := raised(alarms)
 	switch {
 	case corrupt:
 		return true
@@ -309,10 +337,16 @@ func refusedUnder(alarms map[[2]uint64]bool, req *pb.InternalRaftRequest) bool {
 	case req.Put != nil, req.LeaseGrant != nil:
 		return true
 	case req.Txn != nil:
-		for _, op := range append(append([]*pb.RequestOp{}, req.Txn.Success...), req.Txn.Failure...) {
-			if op.GetRequestPut() != nil {
-				return true
-			}
+		return txnPuts(req.Txn)
+	}
+	return false
+}
+
+// txnPuts: whether a branch of the transaction, or of one nested in it, puts.
+func txnPuts(t *pb.TxnRequest) bool {
+	for _, op := range append(append([]*pb.RequestOp{}, t.Success...), t.Failure...) {
+		if op.GetRequestPut() != nil || op.GetRequestTxn() != nil && txnPuts(op.GetRequestTxn()) {
+			return true
 		}
 	}
 	return false
