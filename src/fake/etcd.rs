@@ -74,7 +74,7 @@ impl Members for Fake {
                     && w.compacted >= w.db.values().map(|s| s.revision).max().unwrap_or(0),
                 auth_enabled: w.auth_enabled,
                 root_refused: w.root_refused.clone(),
-                simple_tokens: vec![],
+                token_kinds: vec![],
                 cluster_version: Some(crate::model::Version::new(3, 6, 0)),
                 peer_connected: w
                     .members

@@ -59,6 +59,16 @@ pub struct Survivor {
     pub voters: Vec<Member>,
 }
 
+/// The kind of authentication token a member hands out at login.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum TokenKind {
+    /// etcd's simple tokens: 16 random letters, a dot, the login's raft index.
+    Simple,
+    Jwt,
+    /// Not read: no answer to a read as root, or no login.
+    Unknown,
+}
+
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct ClusterView {
     pub cluster_id: u64,
@@ -81,10 +91,10 @@ pub struct ClusterView {
     /// A cluster not this stack's yet (one to adopt) whose authentication is on, and the
     /// function cannot act as its `root` there: why (etcd's refusal). None otherwise.
     pub root_refused: Option<String>,
-    /// A cluster to adopt whose authentication is on: the members whose login as `root` gave
-    /// etcd's simple tokens (`--auth-token simple`, its default) rather than JWTs. Empty
-    /// otherwise.
-    pub simple_tokens: Vec<String>,
+    /// A cluster to adopt whose authentication is on: what kind of token each member's login as
+    /// `root` gave (etcd's simple tokens, `--auth-token simple`, its default; or JWTs), by
+    /// member name. Empty otherwise.
+    pub token_kinds: Vec<(String, TokenKind)>,
     /// The cluster version (`etcdcluster` of the answering member's `/version`): the lowest
     /// minor every member runs, raised by the leader. None: not decided yet, or unreadable.
     pub cluster_version: Option<Version>,

@@ -21,8 +21,8 @@ pub use crate::versions::Version;
 pub use backup::{Backup, BackupListing, BackupRef, SnapshotFacts};
 pub use basics::{MemberId, Timestamp};
 pub use cluster::{
-    quorum, Alarm, ClusterState, ClusterView, Member, MemberStatus, Survivor, CORRUPT, FENCE,
-    NOSPACE,
+    quorum, Alarm, ClusterState, ClusterView, Member, MemberStatus, Survivor, TokenKind, CORRUPT,
+    FENCE, NOSPACE,
 };
 pub use group::{ActionResult, GroupState, Instance, LifecycleState, Transition, VERSION_TAG};
 pub use member_config::{is_valid_address, InitialState, MemberConfig};

@@ -25,7 +25,7 @@
 use super::context::Context;
 use super::step::{Step, STORE_PASSWORD};
 use super::wait::Wait;
-use crate::model::{Adopting, ClusterRecord, LifecycleState, Member, RecordState};
+use crate::model::{Adopting, ClusterRecord, LifecycleState, Member, RecordState, TokenKind};
 use crate::versions::{admission, auth_admission, Admission, Version};
 
 /// The oldest cluster version adopted: learners came with 3.4.
@@ -150,16 +150,33 @@ fn unfit(ctx: &Context) -> Option<String> {
 /// `"<prefix>.<raft index>"` (`server/auth/simple_token.go` `assign`): a login at a new member
 /// would give every old one the guessable token `.<index>` for that user, root's included.
 /// With TLS=off both sides use simple tokens, each with a random prefix: nothing mixes.
+/// A member whose kind could not be told is refused too, for this invocation (the next reads
+/// it again): never adopted on a guess.
 fn mixed_tokens(ctx: &Context) -> Option<String> {
-    let member = ctx.view.simple_tokens.first()?;
-    ctx.settings.topology.mutual_tls.then(|| {
-        format!(
-            "member {member} hands out etcd's simple tokens (--auth-token simple, the default), \
+    if !ctx.settings.topology.mutual_tls {
+        return None;
+    }
+    let first = |kind| {
+        ctx.view
+            .token_kinds
+            .iter()
+            .find(|(_, k)| *k == kind)
+            .map(|(m, _)| m)
+    };
+    if let Some(member) = first(TokenKind::Unknown) {
+        return Some(format!(
+            "member {member}'s kind of authentication token could not be read (no answer to a \
+             read as root, or no login): the stack's members use JWTs, which must not serve \
+             beside simple tokens"
+        ));
+    }
+    let member = first(TokenKind::Simple)?;
+    Some(format!(
+        "member {member} hands out etcd's simple tokens (--auth-token simple, the default), \
              and the stack's members use JWTs: while both serve, a password login at a new \
              member would give the old ones a guessable token for that user. Restart the old \
              members with --auth-token jwt,... first (docs/adopting.md)"
-        )
-    })
+    ))
 }
 
 /// The share of QUOTA_BACKEND_BYTES (in tenths) the largest member's database may fill for the

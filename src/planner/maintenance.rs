@@ -179,7 +179,7 @@ mod tests {
             history_compacted: false,
             auth_enabled: false,
             root_refused: None,
-            simple_tokens: vec![],
+            token_kinds: vec![],
             cluster_version: None,
             peer_connected: Default::default(),
             members,

@@ -132,7 +132,7 @@ impl Given {
             history_compacted: false,
             auth_enabled: false,
             root_refused: None,
-            simple_tokens: vec![],
+            token_kinds: vec![],
             cluster_version: Some(crate::model::Version::new(3, 6, 0)),
             peer_connected: Default::default(),
         });

@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 use super::gateway::call;
 use super::{unix_now, EtcdMembers};
 use crate::error::{Error, Refusal};
+use crate::model::TokenKind;
 use crate::pki::RootTokens;
 use crate::ports::PrefixGrant;
 
@@ -219,30 +220,33 @@ impl EtcdMembers {
         }
     }
 
-    /// A cluster to adopt with authentication on, the function its root: the members whose
-    /// login gave etcd's simple tokens. Each member is read once as root (a serializable count,
-    /// which logs in first where the function's own tokens are refused) and its login token
-    /// looked at; one that does not answer is left to the adoption's health check.
-    pub(super) async fn simple_token_members(
+    /// A cluster to adopt with authentication on, the function its root: the kind of token each
+    /// member's login gave. Each member is read once as root (a serializable count, which logs
+    /// in first where the function's own tokens are refused) and its login token looked at; a
+    /// failed read, or no login token kept, leaves the kind unknown.
+    pub(super) async fn token_kinds(
         &self,
         members: &[crate::model::Member],
-    ) -> Vec<String> {
-        let mut simple = vec![];
+    ) -> Vec<(String, TokenKind)> {
+        let mut out = vec![];
         for m in members {
-            let Some(url) = m.client_urls.first() else {
-                continue;
+            let kind = match m.client_urls.first() {
+                None => TokenKind::Unknown,
+                Some(url) => {
+                    let body = json!({"key": "AA==", "serializable": true, "count_only": true});
+                    let read = self
+                        .call::<Value>("range", url, "/v3/kv/range", body, None)
+                        .await;
+                    match (read, self.login_token(url)) {
+                        (Ok(_), Some(t)) if is_simple_token(&t) => TokenKind::Simple,
+                        (Ok(_), Some(_)) => TokenKind::Jwt,
+                        _ => TokenKind::Unknown,
+                    }
+                }
             };
-            let body = json!({"key": "AA==", "serializable": true, "count_only": true});
-            if self
-                .call::<Value>("range", url, "/v3/kv/range", body, None)
-                .await
-                .is_ok()
-                && self.login_token(url).is_some_and(|t| is_simple_token(&t))
-            {
-                simple.push(m.name.clone());
-            }
+            out.push((m.name.clone(), kind));
         }
-        simple
+        out
     }
 
     /// Whether `user` logs in with `password` through the gateway, as its programs will: a user

@@ -205,16 +205,14 @@ impl EtcdMembers {
             None if auth_enabled => self.root_refused(endpoint).await?,
             _ => None,
         };
-        let simple_tokens = match cluster {
-            None if auth_enabled && root_refused.is_none() => {
-                self.simple_token_members(&members).await
-            }
+        let token_kinds = match cluster {
+            None if auth_enabled && root_refused.is_none() => self.token_kinds(&members).await,
             _ => vec![],
         };
         let cluster_version = self.cluster_version(endpoint).await;
         Ok(ClusterView {
             root_refused,
-            simple_tokens,
+            token_kinds,
             cluster_version,
             cluster_id: list.header.cluster_id,
             members,

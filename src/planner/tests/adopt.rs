@@ -450,7 +450,17 @@ fn simple_tokens_beside_the_stacks_jwts_are_refused_and_with_tls_off_they_mix_wi
         g.settings.as_mut().unwrap().topology.mutual_tls = mutual_tls;
         if let ClusterState::Known(v) = &mut g.obs.cluster {
             v.auth_enabled = true;
-            v.simple_tokens = simple.iter().map(|s| s.to_string()).collect();
+            v.token_kinds = (1..=3)
+                .map(|n| format!("old-{n}"))
+                .map(|m| {
+                    let kind = if simple.contains(&m.as_str()) {
+                        TokenKind::Simple
+                    } else {
+                        TokenKind::Jwt
+                    };
+                    (m, kind)
+                })
+                .collect();
         }
         g
     };
@@ -461,6 +471,20 @@ fn simple_tokens_beside_the_stacks_jwts_are_refused_and_with_tls_off_they_mix_wi
                 "{why}"
             );
             assert!(why.contains("--auth-token jwt"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A member whose kind could not be read: refused this time, never adopted on a guess.
+    let mut unknown = with_tokens(true, &[]);
+    if let ClusterState::Known(v) = &mut unknown.obs.cluster {
+        v.token_kinds[2].1 = TokenKind::Unknown;
+    }
+    match unknown.plan() {
+        Step::Wait(Wait::AdoptionRefused { why }) => {
+            assert!(
+                why.contains("member old-3's kind of authentication token"),
+                "{why}"
+            )
         }
         other => panic!("{other:?}"),
     }
