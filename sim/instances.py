@@ -159,7 +159,9 @@ class InstanceControl:
         """A slow disk under an instance's etcd: each of its fsync and fdatasync calls (its WAL's
         and its backend's commits) held `delay_ms` before it runs, by strace's syscall delay
         injection (strace(1), `-e inject=…:delay_enter=`), until the returned tracer is stopped
-        (procs.stop: strace detaches on SIGTERM). None: no etcd runs there."""
+        (procs.stop: strace detaches on SIGTERM). Attached by PID, strace cannot filter with
+        seccomp-bpf, so every system call of that etcd stops under ptrace too: a slow disk on a
+        slow host. None: no etcd runs there."""
         pid = self.etcd_pid(iid)
         if pid is None:
             return None

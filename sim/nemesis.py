@@ -70,7 +70,7 @@ KINDS = {
     "version": 1,  # the launch template's etcd moved a minor forward, or back while etcd allows it
     "request": 1,  # an operator's restore request (`etcd-asg restore latest`): never over a serving cluster
     "refresh": 1,  # an instance refresh (forward only: the newest minor, or the same), cancelled at the heal
-    "slow": 2,  # a member's disk slowed: each fsync and fdatasync held 50 ms to 1 s (strace's delay injection)
+    "slow": 2,  # a slow member: its etcd under strace, each fsync held 50 ms to 1 s (and every syscall a ptrace stop)
 }
 
 # A refresh's (MinHealthyPercentage, MaxHealthyPercentage): AWS's default, launch before
@@ -223,6 +223,9 @@ class Run:
         tracer = self.sim.slow_disk(iid, op.delay_ms)
         if tracer is None:
             return f"skipped: no etcd runs on {iid}"
+        time.sleep(0.5)
+        if tracer.poll() is not None:  # not attached (ptrace refused, the process gone)
+            return f"skipped: strace did not attach to {iid}'s etcd (exit {tracer.returncode}; slow-{iid}.log)"
         self.faulted[iid] = "slow disk"
         self.later(op.seconds, f"{iid}'s disk fast again", lambda: (procs.stop(tracer), self.faulted.pop(iid, None)))
         return f"{iid}: each fsync held {op.delay_ms} ms, for {op.seconds}s"
@@ -484,19 +487,35 @@ def run(seed: int, seconds: float, workdir: str | None = None, log=print,
     return found
 
 
-def minimize(seed: int, seconds: float, log=print) -> list[int]:
-    """The fewest of a failing seed's operations that still fail, by Zeller's ddmin: drop a
-    chunk and keep the drop if the run still fails, chunks halving down to single operations.
-    Each try is a whole run (minutes), and real timing varies: a schedule that failed once may
-    pass the next time, so the result is the shortest found, not a proof of the shortest."""
-    keep = list(range(len(schedule(seed, seconds))))
+# What a finding is about: a minimized schedule must fail the same way, not on something else.
+FINDING_KINDS = ("not converged", "with no scale to zero", "history:", "acknowledged writes lost",
+                 "a terminate hook lapsed", "the run broke")
+
+
+def finding_kinds(found: list[str]) -> set[str]:
+    return {next((k for k in FINDING_KINDS if k in line), line[:30]) for line in found}
+
+
+def minimize(seed: int, seconds: float, log=print, only: list[int] | None = None) -> list[int]:
+    """The fewest of a failing seed's operations (of `only`, if given) that still fail the same
+    way, by Zeller's ddmin: the whole schedule is run first (a pass: nothing to minimize), then
+    a chunk is dropped and the drop kept if the run still fails with a finding of the same kind,
+    chunks halving down to single operations. Each try is a whole run (minutes), and real timing
+    varies: a schedule that failed once may pass the next time, so the result is the shortest
+    found, not a proof of the shortest. Each failing try keeps its folder."""
+    keep = only if only is not None else list(range(len(schedule(seed, seconds))))
+    first = run(seed, seconds, log=log, only=keep)
+    if not first:
+        log(f"nemesis: seed {seed} passed: nothing to minimize")
+        return keep
+    target = finding_kinds(first)
     chunks = 2
     while len(keep) > 1:
         size = max(1, len(keep) // chunks)
         for start in range(0, len(keep), size):
             trial = keep[:start] + keep[start + size:]
             log(f"nemesis: minimizing seed {seed}: trying {len(trial)} of {len(keep)} operations {trial}")
-            if run(seed, seconds, log=log, only=trial):
+            if finding_kinds(run(seed, seconds, log=log, only=trial)) & target:
                 keep, chunks = trial, max(chunks - 1, 2)
                 break
         else:
@@ -530,7 +549,7 @@ def main(argv=None) -> int:
     only = [int(i) for i in args.only.split(",")] if args.only else None
     if args.minimize:
         for seed in seeds:
-            minimize(seed, args.seconds)
+            minimize(seed, args.seconds, only=only)
         return 0
     if args.show:
         for seed in seeds:

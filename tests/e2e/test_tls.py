@@ -46,9 +46,17 @@ def test_members_refuse_plain_http_and_tls_without_a_client_certificate(simulati
         raise AssertionError("plain HTTP answered on the client port")
     except OSError:
         pass
-    # The metrics listener answers health checks in plain HTTP (the load balancer's).
-    with urllib.request.urlopen(f"http://{address}:2381/health", timeout=3) as r:
-        assert r.status == 200
+    # The metrics listener answers health checks in plain HTTP (the load balancer's). etcd's
+    # /health is a linearizable read: on a loaded machine just after authentication turned on it
+    # answered 503 once (3.7), so it is asked until healthy.
+    def healthy():
+        try:
+            with urllib.request.urlopen(f"http://{address}:2381/health", timeout=3) as r:
+                return r.status == 200
+        except urllib.error.HTTPError:
+            return False
+
+    wait_for("the plain /health to answer 200", 20, healthy)
     # The member's key: a SecureString, written 0600 on its instance, never in the function's log.
     p = sim.ssm.get_parameter(Name=f"{sim.prefix}/tls/{iid}", WithDecryption=True)["Parameter"]
     assert p["Type"] == "SecureString"
