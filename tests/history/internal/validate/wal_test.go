@@ -17,9 +17,8 @@ import (
 	"etcd-asg-lifecycle/tests/history/internal/history"
 )
 
-// writeWAL writes a member's data directory whose log holds these requests from index 1, all
-// committed: its path.
-func writeWAL(t *testing.T, reqs ...*pb.InternalRaftRequest) string {
+// createWAL: a new member's data directory of cluster cl and its WAL, as etcd creates them.
+func createWAL(t *testing.T) (string, *wal.WAL) {
 	t.Helper()
 	dir := t.TempDir()
 	md, err := (&pb.Metadata{NodeID: 1, ClusterID: cl}).Marshal()
@@ -30,6 +29,14 @@ func writeWAL(t *testing.T, reqs ...*pb.InternalRaftRequest) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dir, w
+}
+
+// writeWAL writes a member's data directory whose log holds these requests from index 1, all
+// committed: its path.
+func writeWAL(t *testing.T, reqs ...*pb.InternalRaftRequest) string {
+	t.Helper()
+	dir, w := createWAL(t)
 	ents := []raftpb.Entry{{Index: 1, Term: 1, Type: raftpb.EntryNormal}} // a new leader's empty entry
 	for _, r := range reqs {
 		data, err := r.Marshal()
@@ -52,15 +59,7 @@ func writeWAL(t *testing.T, reqs ...*pb.InternalRaftRequest) string {
 // requests the restored member committed after it: its path.
 func writeRestoredWAL(t *testing.T, reqs ...*pb.InternalRaftRequest) string {
 	t.Helper()
-	dir := t.TempDir()
-	md, err := (&pb.Metadata{NodeID: 1, ClusterID: cl}).Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := wal.Create(zap.NewNop(), filepath.Join(dir, "member", "wal"), md)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, w := createWAL(t)
 	cc, err := (&raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: 1}).Marshal()
 	if err != nil {
 		t.Fatal(err)
