@@ -292,6 +292,10 @@ impl<B: Backups> Backups for DryRun<B> {
         };
         Ok((snapshot, None))
     }
+
+    async fn holds(&self, key: &str) -> Result<i64, Error> {
+        self.inner.holds(key).await
+    }
 }
 
 impl<M: Members> Members for DryRun<M> {

@@ -302,6 +302,9 @@ pub trait Backups: Send + Sync {
         key: &str,
         instance_arn: &str,
     ) -> impl Future<Output = Result<(BackupRef, Option<String>), Error>> + Send;
+    /// The revision the backup's snapshot holds, as its manifest says (a listing knows only the
+    /// one its key names, read before the snapshot streamed: a lower bound).
+    fn holds(&self, key: &str) -> impl Future<Output = Result<i64, Error>> + Send;
 }
 
 /// Backups off: the store that is never there.
@@ -329,6 +332,10 @@ impl Backups for NoBackups {
         _key: &str,
         _instance_arn: &str,
     ) -> Result<(BackupRef, Option<String>), Error> {
+        match *self {}
+    }
+
+    async fn holds(&self, _key: &str) -> Result<i64, Error> {
         match *self {}
     }
 }

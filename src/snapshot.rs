@@ -1,6 +1,9 @@
 //! etcd's snapshot stream, checked as it passes: the database file followed by the SHA-256 of
 //! that file, which `etcdutl snapshot restore` checks too. A stream that does not match is refused
-//! before it is stored.
+//! before it is stored. And the revision the database holds (`bolt`).
+
+mod bolt;
+pub use bolt::SnapshotRevision;
 
 /// etcd's snapshot stream is the database file followed by the SHA-256 of that file (32 bytes):
 /// the server appends it as the stream's last message, and `etcdutl snapshot restore` refuses a

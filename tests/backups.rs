@@ -75,13 +75,9 @@ fn restore(
         .unwrap()
 }
 
-const KEYS: u64 = 700;
-
-#[tokio::test]
-async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_keys() {
-    let dir = tempfile::tempdir().unwrap();
-    let moto = support::Moto::start(dir.path());
-    // The function's own configuration (its timeouts and retries).
+/// moto's S3 with a `backups` bucket, and the store on it, with the function's own
+/// configuration (its timeouts and retries).
+async fn bucket(moto: &support::Moto) -> (aws_sdk_s3::Client, S3Backups) {
     let loader = aws_config::defaults(BehaviorVersion::latest());
     let sdk =
         etcd_asg_lifecycle::adapters::bounded(loader, etcd_asg_lifecycle::adapters::FUNCTION_APP)
@@ -97,15 +93,54 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
         bucket: "backups".into(),
         prefix: "etcd-asg-lifecycle/test".into(),
     };
+    (s3, store)
+}
 
-    let mut etcd = support::Etcd::new("n1", dir.path());
-    etcd.start(&format!("n1={}", etcd.peer_url), "new");
-    let client = reqwest::Client::new();
+/// A member of a cluster of one, answering.
+async fn etcd_serving(name: &str, root: &std::path::Path) -> support::Etcd {
+    let mut etcd = support::Etcd::new(name, root);
+    etcd.start(&format!("{name}={}", etcd.peer_url), "new");
     let url = etcd.client_url.clone();
     support::wait_until("etcd", Duration::from_secs(30), || {
         std::net::TcpStream::connect(url.trim_start_matches("http://")).ok()
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
+    etcd
+}
+
+/// A JSON gateway call's answer.
+async fn call(
+    client: &reqwest::Client,
+    url: &str,
+    path: &str,
+    body: serde_json::Value,
+) -> serde_json::Value {
+    let r = client
+        .post(format!("{url}{path}"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{path}: {r:?}");
+    r.json().await.unwrap()
+}
+
+/// The member's revision now.
+async fn revision(client: &reqwest::Client, url: &str) -> i64 {
+    let r = call(client, url, "/v3/maintenance/status", json!({})).await;
+    r["header"]["revision"].as_str().unwrap().parse().unwrap()
+}
+
+const KEYS: u64 = 700;
+
+#[tokio::test]
+async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let moto = support::Moto::start(dir.path());
+    let (s3, store) = bucket(&moto).await;
+    let mut etcd = etcd_serving("n1", dir.path()).await;
+    let client = reqwest::Client::new();
+    let url = etcd.client_url.clone();
     // ~21 MiB of keys: many gateway chunks, three upload parts of 8 MiB, each filling the
     // space of the one before it (the checksum and the restore below prove none was overwritten).
     let blob = "v".repeat(30_000);
@@ -117,7 +152,9 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
     let snapshot = members.snapshot(&url).await.unwrap();
     let facts = SnapshotFacts {
         token: "test-token".into(),
-        revision: 101,
+        // As read before it streamed, with nothing written since: what the snapshot holds (the
+        // manifest's), and what its key names and the listing says.
+        revision: KEYS as i64 + 1,
         cluster_id: 7,
         member: "n1".into(),
         etcd_version: "3.x".into(),
@@ -344,4 +381,74 @@ async fn a_snapshot_streams_into_s3_and_restores_into_a_member_serving_the_same_
     assert_eq!(store.list().await.unwrap(), Default::default());
     let done = moto.faults_done().await;
     assert_eq!(done["s3.CompleteMultipartUpload.lose"], 1, "{done}");
+}
+
+/// Issue 38: a manifest said the revision read before its snapshot streamed, and a final
+/// snapshot was taken again and again while leases expired. The manifest says the revision the
+/// snapshot holds, read from its database on the way (`snapshot::SnapshotRevision`), which is
+/// etcd's own on a restore: a tree of many pages with a value over several, and a store whose
+/// newest revision, a deletion, a compaction took from its keys.
+#[tokio::test]
+async fn a_manifest_says_the_revision_its_snapshot_holds_not_the_one_read_before_it() {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let dir = tempfile::tempdir().unwrap();
+    let moto = support::Moto::start(dir.path());
+    let (_s3, store) = bucket(&moto).await;
+    let etcd = etcd_serving("n3", dir.path()).await;
+    let client = reqwest::Client::new();
+    let url = etcd.client_url.clone();
+    let members = EtcdMembers::new(Duration::from_secs(3), None).unwrap();
+    for n in 0..600 {
+        put(&client, &url, &format!("/many/{n:04}"), &"m".repeat(2_000)).await;
+    }
+    put(&client, &url, "/big", &"b".repeat(40_000)).await;
+    let facts = SnapshotFacts {
+        token: "test-token".into(),
+        // Read before: a lease expired, or a client wrote, since.
+        revision: 2,
+        cluster_id: 7,
+        member: "n3".into(),
+        etcd_version: "3.x".into(),
+        cluster_version: None,
+        taken_at: 1_800_000_000,
+    };
+    let holds = revision(&client, &url).await;
+    assert!(holds > 600, "{holds}");
+    let (backup, _) = store
+        .store(members.snapshot(&url).await.unwrap(), &facts)
+        .await
+        .unwrap();
+    assert_eq!(backup.revision, holds);
+    assert_eq!(store.holds(&backup.key).await.unwrap(), holds);
+    // Its key keeps what was read before (chosen before the upload began): the listing's
+    // revision is a lower bound until a manifest is read.
+    assert!(backup.key.contains("-rev000000000002"), "{}", backup.key);
+
+    // The newest revision a deletion, then compacted away: etcd restores at the compaction.
+    call(
+        &client,
+        &url,
+        "/v3/kv/deleterange",
+        json!({"key": b64("/big")}),
+    )
+    .await;
+    let deleted = revision(&client, &url).await;
+    call(
+        &client,
+        &url,
+        "/v3/kv/compaction",
+        json!({"revision": deleted, "physical": true}),
+    )
+    .await;
+    let later = SnapshotFacts {
+        taken_at: facts.taken_at + 60,
+        ..facts.clone()
+    };
+    let (compacted, _) = store
+        .store(members.snapshot(&url).await.unwrap(), &later)
+        .await
+        .unwrap();
+    assert_eq!((compacted.revision, deleted), (holds + 1, holds + 1));
+    assert_eq!(store.holds(&compacted.key).await.unwrap(), deleted);
 }

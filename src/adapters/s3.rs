@@ -152,7 +152,7 @@ impl S3Backups {
         key: &str,
         mut snapshot: Snapshot,
         expect: Option<(u64, &str)>,
-    ) -> Result<(u64, String), Error> {
+    ) -> Result<Uploaded, Error> {
         let created = self
             .s3
             .create_multipart_upload()
@@ -186,8 +186,9 @@ impl S3Backups {
         upload_id: &str,
         snapshot: &mut Snapshot,
         expect: Option<(u64, &str)>,
-    ) -> Result<(u64, String), Error> {
+    ) -> Result<Uploaded, Error> {
         let mut integrity = crate::snapshot::SnapshotIntegrity::default();
+        let mut revision = crate::snapshot::SnapshotRevision::default();
         let mut sha256 = None;
         let mut size = 0u64;
         let mut parts = Vec::new();
@@ -196,27 +197,15 @@ impl S3Backups {
             match snapshot.next_chunk().await? {
                 Some(chunk) => {
                     integrity.feed(&chunk);
+                    revision.feed(&chunk);
                     size += chunk.len() as u64;
                     buffer.extend_from_slice(&chunk);
                 }
                 None => {
                     // Before the last part and the completion: a stream that fails etcd's own
                     // check never becomes an object (the caller aborts the upload).
-                    let checked = std::mem::take(&mut integrity).verify();
-                    let checked = checked.and_then(|sha| match expect {
-                        Some((want_size, want)) if (want_size, want) != (size, hex(&sha).as_str()) => Err(format!(
-                            "{size} bytes hashing to {}, its manifest says {want_size} bytes hashing to {want}",
-                            hex(&sha)
-                        )),
-                        _ => Ok(sha),
-                    });
-                    sha256 = Some(checked.map_err(|detail| {
-                        tracing::error!(%key, size, %detail, "snapshot refused: not stored");
-                        Error::EtcdProtocol {
-                            operation: "snapshot",
-                            detail,
-                        }
-                    })?);
+                    let integrity = std::mem::take(&mut integrity);
+                    sha256 = Some(checked(key, integrity, size, expect)?);
                 }
             }
             let done = sha256.is_some();
@@ -253,8 +242,44 @@ impl S3Backups {
             }
         }
         self.complete(key, upload_id, parts, size).await?;
-        Ok((size, hex(&sha256.unwrap_or_default())))
+        Ok(Uploaded {
+            size,
+            sha256: hex(&sha256.unwrap_or_default()),
+            holds: revision.revision(),
+        })
     }
+}
+
+/// The SHA-256 of a whole stream of `size` bytes, if it passes etcd's trailer check and matches
+/// `expect` (a copy's manifest); else the refusal, logged.
+fn checked(
+    key: &str,
+    integrity: crate::snapshot::SnapshotIntegrity,
+    size: u64,
+    expect: Option<(u64, &str)>,
+) -> Result<[u8; 32], Error> {
+    let checked = integrity.verify().and_then(|sha| match expect {
+        Some((want_size, want)) if (want_size, want) != (size, hex(&sha).as_str()) => Err(format!(
+            "{size} bytes hashing to {}, its manifest says {want_size} bytes hashing to {want}",
+            hex(&sha)
+        )),
+        _ => Ok(sha),
+    });
+    checked.map_err(|detail| {
+        tracing::error!(%key, size, %detail, "snapshot refused: not stored");
+        Error::EtcdProtocol {
+            operation: "snapshot",
+            detail,
+        }
+    })
+}
+
+/// A snapshot streamed into the bucket: its size, SHA-256 and the revision its database holds
+/// (or why that could not be read).
+struct Uploaded {
+    size: u64,
+    sha256: String,
+    holds: Result<i64, String>,
 }
 
 impl S3Backups {
@@ -352,11 +377,30 @@ impl Backups for S3Backups {
         facts: &SnapshotFacts,
     ) -> Result<(Backup, String), Error> {
         let key = self.key(facts);
-        let (size, sha256) = self.upload(&key, snapshot, None).await?;
+        let Uploaded {
+            size,
+            sha256,
+            holds,
+        } = self.upload(&key, snapshot, None).await?;
+        // The key names the revision read before the stream (a lower bound: chosen before the
+        // upload began); the manifest the one the snapshot holds, which the stream itself says.
+        let revision = match holds {
+            Ok(holds) if holds >= facts.revision => holds,
+            Ok(holds) => {
+                tracing::warn!(%key, holds, read_before = facts.revision,
+                    "the snapshot's database says a revision below the one read before it: the manifest keeps the one read before");
+                facts.revision
+            }
+            Err(why) => {
+                tracing::warn!(%key, %why, read_before = facts.revision,
+                    "the revision the snapshot holds could not be read from it: the manifest keeps the one read before");
+                facts.revision
+            }
+        };
         let manifest = Manifest {
             sha256: sha256.clone(),
             size,
-            revision: facts.revision,
+            revision,
             cluster_id: format!("{:x}", facts.cluster_id),
             member: facts.member.clone(),
             etcd_version: facts.etcd_version.clone(),
@@ -369,7 +413,7 @@ impl Backups for S3Backups {
             key,
             token: facts.token.clone(),
             taken_at: facts.taken_at,
-            revision: facts.revision,
+            revision,
             size,
             etcd_version,
         };
@@ -420,6 +464,10 @@ impl Backups for S3Backups {
             sha256: manifest.sha256,
         };
         Ok((snapshot, manifest.copied_from))
+    }
+
+    async fn holds(&self, key: &str) -> Result<i64, Error> {
+        Ok(manifest(&self.s3, &self.bucket, key).await?.revision)
     }
 }
 
@@ -539,7 +587,7 @@ impl S3Backups {
             .map_err(|e| aws("GetObject")(e.into()))?;
         // Checked on the way: a copy that does not match is aborted, never stored.
         let expect = Some((source_manifest.size, source_manifest.sha256.as_str()));
-        let (size, _) = self
+        let Uploaded { size, .. } = self
             .upload(&target, Box::new(ObjectStream(object.body)), expect)
             .await
             .map_err(|e| refuse(format!("was not copied: {e:?}")))?;

@@ -228,6 +228,17 @@ impl Members for Fake {
         if w.snapshot_stalls {
             return Ok(Box::new(Stalls(false)));
         }
+        let member = w
+            .members
+            .iter()
+            .find(|m| m.client_urls.iter().any(|u| u == endpoint))
+            .map(|m| m.id);
+        if let Some(id) = member.filter(|_| w.snapshot_moves_revision) {
+            let status = w.db.entry(id).or_default();
+            status.revision += 1;
+            let moved = status.revision;
+            w.snapshot_holds = Some(moved);
+        }
         let data = w.data.clone();
         Ok(Box::new(Chunks(
             data.into_bytes().chunks(4).map(<[u8]>::to_vec).collect(),

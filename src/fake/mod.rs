@@ -93,6 +93,12 @@ pub struct World {
     /// The bucket refuses listings, or stores (a deleted bucket, a disabled KMS key, a policy).
     pub bucket_list_fails: bool,
     pub bucket_store_fails: bool,
+    /// A lease expires as each snapshot begins: the member's revision moves by one, and the
+    /// snapshot holds the moved one (`snapshot_holds`, what the store's manifest then says).
+    pub snapshot_moves_revision: bool,
+    pub snapshot_holds: Option<i64>,
+    /// The revision each stored backup's manifest says its snapshot holds, by key.
+    pub holds: BTreeMap<String, i64>,
     /// Snapshots stream their first chunk, then nothing more (a database too large for the
     /// function's share of a CPU, a member too slow).
     pub snapshot_stalls: bool,

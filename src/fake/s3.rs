@@ -52,6 +52,8 @@ impl Backups for Fake {
             facts.token, facts.taken_at, facts.revision
         );
         w.calls.push(format!("store {key}"));
+        let holds = w.snapshot_holds.take().unwrap_or(0).max(facts.revision);
+        w.holds.insert(key.clone(), holds);
         let backup = Backup {
             key: key.clone(),
             token: facts.token.clone(),
@@ -67,7 +69,12 @@ impl Backups for Fake {
             return split(&mut w, "store").map(|_| unreachable!());
         }
         w.bucket.insert(key, (backup.clone(), content.clone()));
-        Ok((backup, format!("sha-of-{content}")))
+        // What the real store answers: the backup at the revision its snapshot holds.
+        let stored = Backup {
+            revision: holds,
+            ..backup
+        };
+        Ok((stored, format!("sha-of-{content}")))
     }
 
     async fn delete(&self, key: &str) -> Result<(), Error> {
@@ -103,5 +110,15 @@ impl Backups for Fake {
             sha256: format!("sha-of-{content}"),
         };
         Ok((snapshot, w.copied_from.get(key).cloned()))
+    }
+
+    async fn holds(&self, key: &str) -> Result<i64, Error> {
+        let w = self.world();
+        let listed = w.bucket.get(key).map(|(b, _)| b.revision);
+        w.holds
+            .get(key)
+            .copied()
+            .or(listed)
+            .ok_or_else(|| refused("read a manifest", Refusal::Other))
     }
 }

@@ -128,7 +128,13 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         let cluster = meter
             .cluster(self.members.observe(&endpoints, expected))
             .await?;
-        let (listing, backups_failing) = self.backups(meter, &mut seen.backups).await;
+        // A group scaled to zero: its last voter goes behind a final snapshot at its revision.
+        let hibernating = published
+            .cluster
+            .as_ref()
+            .filter(|_| group.desired_capacity == 0)
+            .map(|r| r.token.as_str());
+        let (listing, backups_failing) = self.backups(meter, &mut seen.backups, hibernating).await;
         Ok(Observation {
             instances: group.instances,
             desired_capacity: group.desired_capacity,
@@ -161,8 +167,17 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         }
     }
 
-    /// The backups, or why the store is not used this invocation.
-    async fn backups(&self, meter: &Meter, listed: &mut Listed) -> (BackupListing, Option<String>) {
+    /// The backups, or why the store is not used this invocation. While `hibernating` (the
+    /// cluster token of a group scaled to zero), the newest backup of that cluster is listed at
+    /// the revision its manifest says its snapshot holds: its key names the revision read before
+    /// it streamed, and a lease expiring in between would have the last voter snapshotted again
+    /// and again.
+    async fn backups(
+        &self,
+        meter: &Meter,
+        listed: &mut Listed,
+        hibernating: Option<&str>,
+    ) -> (BackupListing, Option<String>) {
         let Some(store) = &self.backups else {
             return Default::default();
         };
@@ -177,7 +192,23 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             }
         }
         if listed.is_none() {
-            *listed = Some(meter.aws(store.list()).await.map_err(|e| {
+            let mut listing = meter.aws(store.list()).await;
+            if let (Ok(found), Some(token)) = (&mut listing, hibernating) {
+                let newest = found
+                    .complete
+                    .iter_mut()
+                    .filter(|b| b.token == token)
+                    .max_by_key(|b| (b.taken_at, b.revision));
+                if let Some(newest) = newest {
+                    match meter.aws(store.holds(&newest.key)).await {
+                        Ok(holds) => newest.revision = newest.revision.max(holds),
+                        // Its key's revision stands: at worst another final snapshot.
+                        Err(e) => tracing::warn!(key = %newest.key, error = ?e,
+                            "the newest backup's manifest cannot be read: taken at its key's revision"),
+                    }
+                }
+            }
+            *listed = Some(listing.map_err(|e| {
                 tracing::error!(error = ?e, "the backup store cannot be listed: going on without backups this invocation");
                 e.to_string()
             }));

@@ -181,3 +181,43 @@ async fn scheduled_snapshots_wait_for_the_interval_and_a_moved_revision() {
     r.handle(&schedule(), far()).await.unwrap();
     assert_eq!(count(&world), 2, "interval passed, revision moved");
 }
+
+/// Issue 38: a final snapshot counted at the revision read before it streamed. A lease expiring
+/// as each snapshot began moved the last voter past it, and it was snapshotted again and again
+/// (to the hook's global timeout). The manifest says the revision the snapshot holds (read from
+/// its database as it streams), and a group scaled to zero reads it.
+#[tokio::test]
+async fn a_final_snapshot_counts_at_the_revision_it_holds_not_the_one_read_before_it() {
+    let world = three_member_cluster().await;
+    world.world().data = "k=v".into();
+    let r = with_backups(&world);
+    converge_with(&r, &world).await;
+    {
+        let mut w = world.world();
+        // Written since the scheduled backup.
+        for id in 1..=3 {
+            w.db.entry(crate::model::MemberId(id)).or_default().revision = 10;
+        }
+        w.desired_capacity = Some(0);
+        w.snapshot_moves_revision = true;
+    }
+    for n in 1..=3 {
+        world.start_terminating(&format!("i-0000000{n}"));
+    }
+    for _ in 0..20 {
+        let resp = r.handle(&schedule(), far()).await.unwrap();
+        world.world().now += 5;
+        if reconciled(&resp).1.is_some_and(|w| w.starts_with("asleep")) {
+            break;
+        }
+    }
+    let w = world.world();
+    let sleeping = w.record.as_ref().and_then(|r| r.sleeping.clone());
+    let sleeping = sleeping.expect("the record says the cluster sleeps");
+    // It sleeps at the revision its final snapshot holds, the revision the member last had.
+    let last = w.db.values().map(|s| s.revision).max().unwrap();
+    assert_eq!((sleeping.revision, w.holds[&sleeping.key]), (last, last));
+    let stores = w.calls.iter().filter(|c| c.starts_with("store")).count();
+    // The scheduled backup, and one final snapshot.
+    assert_eq!(stores, 2, "{:#?}", w.calls);
+}
