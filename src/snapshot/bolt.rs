@@ -161,37 +161,34 @@ fn meta(page: &[u8]) -> Result<Meta, String> {
 /// A leaf element: its flags, key and value.
 type Element<'a> = (u32, &'a [u8], &'a [u8]);
 
-/// The leaf elements of `page` (a page's bytes, its overflow included).
-fn leaf_elements(page: &[u8]) -> Option<Vec<Element<'_>>> {
-    let count = usize::from(u16_at(page, 10)?);
-    (0..count)
-        .map(|i| {
-            let e = PAGE_HEADER + i * ELEMENT;
-            let (flags, pos) = (u32_at(page, e)?, u32_at(page, e + 4)? as usize);
-            let (ksize, vsize) = (
-                u32_at(page, e + 8)? as usize,
-                u32_at(page, e + 12)? as usize,
-            );
-            let key = page.get(e + pos..e + pos + ksize)?;
-            let value = page.get(e + pos + ksize..e + pos + ksize + vsize)?;
-            Some((flags, key, value))
-        })
-        .collect()
+/// The `i`th element of the leaf `page` (a page's bytes, its overflow included).
+fn leaf_element(page: &[u8], i: usize) -> Option<Element<'_>> {
+    let e = PAGE_HEADER + i * ELEMENT;
+    let (flags, pos) = (u32_at(page, e)?, u32_at(page, e + 4)? as usize);
+    let (ksize, vsize) = (
+        u32_at(page, e + 8)? as usize,
+        u32_at(page, e + 12)? as usize,
+    );
+    let key = page.get(e + pos..e + pos + ksize)?;
+    let value = page.get(e + pos + ksize..e + pos + ksize + vsize)?;
+    Some((flags, key, value))
 }
 
-/// A leaf page summarized; None when its elements do not fit in it.
+/// A leaf page summarized; None when its elements do not fit in it. No allocation but for the
+/// rare leaf holding a looked-for name: every page of the stream passes here.
 fn leaf(page: &[u8]) -> Option<Leaf> {
-    let elements = leaf_elements(page)?;
-    let last = match elements.last() {
-        None => 0,
-        Some((_, key, _)) => main_revision(key).unwrap_or(NOT_A_REVISION),
+    let count = usize::from(u16_at(page, 10)?);
+    let last = match count {
+        0 => 0,
+        n => main_revision(leaf_element(page, n - 1)?.1).unwrap_or(NOT_A_REVISION),
     };
     let mut summary = Leaf {
         last,
         buckets: [None, None],
         marks: [None, None],
     };
-    for (flags, key, value) in elements {
+    for i in 0..count {
+        let (flags, key, value) = leaf_element(page, i)?;
         let Some(name) = NAMES.iter().position(|n| *n == key) else {
             continue;
         };
