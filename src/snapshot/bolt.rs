@@ -37,6 +37,8 @@ const VERSION: u32 = 2;
 /// A page run (a page and its overflow) larger than this is not read: the revision is then not
 /// known, and the caller keeps the one it read before the stream.
 const MAX_RUN: usize = 64 << 20;
+/// The largest database read: 1 TiB.
+const MAX_FILE: u64 = 1 << 40;
 /// Deeper than any bbolt tree of a database etcd can hold; a loop in a corrupt file ends here.
 const MAX_DEPTH: usize = 64;
 
@@ -177,6 +179,14 @@ fn leaf_element(page: &[u8], i: usize) -> Option<Element<'_>> {
 /// A leaf page summarized; None when its elements do not fit in it. No allocation but for the
 /// rare leaf holding a looked-for name: every page of the stream passes here.
 fn leaf(page: &[u8]) -> Option<Leaf> {
+    summarize_leaf(page, true)
+}
+
+/// `leaf`; with `buckets` false (an inline bucket's page) its buckets are not read: bbolt never
+/// inlines a bucket holding a bucket (`Bucket.inlineable`,
+/// <https://github.com/etcd-io/bbolt/blob/v1.4.3/bucket.go>), and a crafted page nesting them
+/// must not recurse.
+fn summarize_leaf(page: &[u8], buckets: bool) -> Option<Leaf> {
     let count = usize::from(u16_at(page, 10)?);
     let last = match count {
         0 => 0,
@@ -193,11 +203,11 @@ fn leaf(page: &[u8]) -> Option<Leaf> {
             continue;
         };
         match name {
-            KEY | META_BUCKET if flags & BUCKET_LEAF != 0 => {
+            KEY | META_BUCKET if buckets && flags & BUCKET_LEAF != 0 => {
                 let root = u64_at(value, 0)?;
                 summary.buckets[name] = Some(match root {
                     // An inline bucket: its page follows the 16-byte bucket header.
-                    0 => Bucket::Inline(Box::new(leaf(value.get(16..)?)?)),
+                    0 => Bucket::Inline(Box::new(summarize_leaf(value.get(16..)?, false)?)),
                     _ => Bucket::Root(root),
                 });
             }
@@ -256,10 +266,14 @@ impl SnapshotRevision {
             None if self.pending.len() < PAGE_HEADER + 64 => return Ok(()),
             None => {
                 let m = meta(&self.pending)?;
-                self.leaves = Vec::new();
-                self.leaves
-                    .try_reserve_exact(usize::try_from(m.high).map_err(|e| e.to_string())?)
-                    .map_err(|_| format!("{} pages", m.high))?;
+                // Past any database etcd can hold (its quota's maximum is 8 GiB; bbolt's own
+                // limit is far above): a file that says so is not read.
+                if m.high
+                    .checked_mul(m.page_size as u64)
+                    .is_none_or(|b| b > MAX_FILE)
+                {
+                    return Err(format!("{} pages of {} bytes", m.high, m.page_size));
+                }
                 self.meta = Some(m);
                 m
             }

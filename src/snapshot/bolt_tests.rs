@@ -303,3 +303,97 @@ fn a_file_that_cannot_be_read_says_why_and_gives_no_revision() {
     );
     assert!(e.unwrap_err().contains("no `key` bucket"));
 }
+
+#[test]
+fn a_branch_leads_to_a_name_it_holds_exactly_and_to_its_first_child_for_a_name_before_it() {
+    let keys = (3, leaf_page(3, &[kv(rev(30), b"v")], 1));
+    // `key` and `meta` are the branch's own keys.
+    let exact = stream(
+        6,
+        vec![
+            keys.clone(),
+            (
+                4,
+                leaf_page(
+                    4,
+                    &[named("key", bucket(3)), named("lease", inline(&[]))],
+                    1,
+                ),
+            ),
+            (
+                5,
+                leaf_page(
+                    5,
+                    &[named("meta", inline(&[mark("finishedCompactRev", 31)]))],
+                    1,
+                ),
+            ),
+            (
+                6,
+                branch_page(6, &[(b"key".to_vec(), 4), (b"meta".to_vec(), 5)]),
+            ),
+        ],
+    );
+    assert_eq!(read_all_ways(&exact), Ok(31));
+    // `key` sorts before the branch's first key (`lease`): its first child holds it.
+    let before = stream(
+        6,
+        vec![
+            keys,
+            (
+                4,
+                leaf_page(
+                    4,
+                    &[named("key", bucket(3)), named("lease", inline(&[]))],
+                    1,
+                ),
+            ),
+            (5, leaf_page(5, &[named("meta", inline(&[]))], 1)),
+            (
+                6,
+                branch_page(6, &[(b"lease".to_vec(), 4), (b"meta".to_vec(), 5)]),
+            ),
+        ],
+    );
+    assert_eq!(read_all_ways(&before), Ok(30));
+}
+
+#[test]
+fn a_crafted_file_is_refused_without_recursing_or_reading_past_its_pages() {
+    // Inline buckets nested 6 000 deep (bbolt never nests them): read one level, no deeper.
+    let mut nested = inline(&[kv(rev(5), b"v")]);
+    for _ in 0..6_000 {
+        nested = inline(&[named("key", nested)]);
+    }
+    let pages = nested.1.len() / PS + 2;
+    let s = stream(
+        2,
+        vec![(
+            2,
+            leaf_page(
+                2,
+                &[named("key", nested), named("meta", inline(&[]))],
+                pages,
+            ),
+        )],
+    );
+    assert!(read(&s, 32 * 1024).unwrap_err().contains("no revision"));
+    // The key bucket's root claims an overflow past the file's last page.
+    let mut past = leaf_page(3, &[kv(rev(9), b"v")], 1);
+    past[12..16].copy_from_slice(&7u32.to_le_bytes());
+    let s = stream(
+        2,
+        vec![
+            (
+                2,
+                leaf_page(2, &[named("key", bucket(3)), named("meta", inline(&[]))], 1),
+            ),
+            (3, past),
+        ],
+    );
+    assert!(read_all_ways(&s).unwrap_err().contains("page 3"));
+    // A meta page that says the file is larger than any database.
+    let huge = meta_page(0, 2, 1 << 40);
+    let e = read(&huge, 4096).unwrap_err();
+    assert!(e.contains("pages of 4096 bytes"), "{e}");
+}
