@@ -16,6 +16,9 @@ use super::wait::Wait;
 use crate::config::{BackupPolicy, Recovery, Settings};
 use crate::model::{Alarm, Backup, ClusterRecord, Instance, Observation, FENCE, NOSPACE};
 
+/// How long an unfenced last voter waits after a snapshot its writes outran, before the next.
+const OUTRUN_PAUSE_SECS: i64 = 60;
+
 /// Hibernation: the group is scaled to zero and `last` holds the last voter. Before its
 /// termination completes, a final snapshot of it at its current revision (or later) is in the
 /// bucket, and the record says the cluster sleeps there; then None: it may go. Held (a wait,
@@ -54,9 +57,25 @@ pub fn hibernate(ctx: &Context, last: &Instance) -> Option<Step> {
         });
     }
     let revision = ctx.view.statuses.get(&member).map(|s| s.revision);
-    let final_snapshot = latest(&ctx.obs.backups, &record.token)
-        .filter(|b| revision.is_some_and(|r| b.revision >= r));
+    let newest = latest(&ctx.obs.backups, &record.token);
+    let final_snapshot = newest.filter(|b| revision.is_some_and(|r| b.revision >= r));
     let Some(backup) = final_snapshot else {
+        // Unfenced (below 3.6 with authentication on), a steady writer outruns every snapshot:
+        // one a minute then, the operator told, not one after another for as long as it writes.
+        let fenced = ctx.view.alarms.iter().any(|a| a.member == FENCE);
+        let outrun = newest.filter(|b| !fenced && ctx.obs.now - b.taken_at < OUTRUN_PAUSE_SECS);
+        if let (Some(b), Some(now)) = (outrun, revision) {
+            return Some(Step::Wait(Wait::FinalSnapshotPending {
+                instance: last.id.clone(),
+                why: format!(
+                    "writes go on past the last snapshot (revision {} of {now}) and no fence can \
+                     stop them on this cluster (below 3.6 with authentication on): stop its \
+                     clients; another snapshot in {} s",
+                    b.revision,
+                    OUTRUN_PAUSE_SECS - (ctx.obs.now - b.taken_at)
+                ),
+            }));
+        }
         return snapshot(ctx, BackupReason::Final);
     };
     let sleeping = crate::model::Sleeping {

@@ -110,6 +110,27 @@ fn no_fence_on_a_cluster_below_3_6_with_authentication_on() {
     );
     assert!(matches!(g("unknown").plan(), Step::Backup { .. }));
     assert!(matches!(g("3.6.0").plan(), Step::FenceWrites { .. }));
+    // Unfenced, writes outran a final snapshot taken 30 s ago: the next waits out the minute,
+    // the operator told why; fenced, a moved revision (a revocation) is snapshotted at once.
+    let outrun = |cluster: &str, ago: i64| {
+        let mut g = g(cluster);
+        g.obs.backups[0].taken_at = g.obs.now - ago;
+        g
+    };
+    let Step::Wait(w) = outrun("3.5.0", 30).plan() else {
+        panic!("{:?}", outrun("3.5.0", 30).plan())
+    };
+    assert_eq!(w.name(), "final-snapshot-pending");
+    let said = w.why();
+    assert!(
+        said.contains("revision 60 of 70") && said.contains("in 30 s"),
+        "{said}"
+    );
+    assert!(matches!(outrun("3.5.0", 60).plan(), Step::Backup { .. }));
+    assert!(matches!(
+        fenced(outrun("3.6.0", 30)).plan(),
+        Step::Backup { .. }
+    ));
 }
 
 #[test]
