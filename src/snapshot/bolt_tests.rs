@@ -392,6 +392,21 @@ fn a_crafted_file_is_refused_without_recursing_or_reading_past_its_pages() {
         ],
     );
     assert!(read_all_ways(&s).unwrap_err().contains("page 3"));
+    // A free page at the file's end claiming more elements than a page holds: never waited for.
+    let mut junk = header(4, LEAF, 0xffff, 0);
+    junk.resize(PS, 0);
+    let s = stream(
+        2,
+        vec![
+            (
+                2,
+                leaf_page(2, &[named("key", bucket(3)), named("meta", inline(&[]))], 1),
+            ),
+            (3, leaf_page(3, &[kv(rev(9), b"v")], 1)),
+            (4, junk),
+        ],
+    );
+    assert_eq!(read_all_ways(&s), Ok(9));
     // A meta page that says the file is larger than any database.
     let huge = meta_page(0, 2, 1 << 40);
     let e = read(&huge, 4096).unwrap_err();
