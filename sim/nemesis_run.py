@@ -295,6 +295,7 @@ class Run:
         lost = self.sim.writer.lost()
         if lost:
             found.append(f"{len(lost)} acknowledged writes lost (first {lost[:5]})")
+        found += [f"snapshot revision unread: {line}" for line in self.sim.snapshot_revisions_unread()[:3]]
         for lapse in lapsed(self.sim):
             if lapse.get("Hook") == self.sim.hooks[1]:
                 found.append(f"a terminate hook lapsed: {lapse}")
