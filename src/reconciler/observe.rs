@@ -128,11 +128,12 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         let cluster = meter
             .cluster(self.members.observe(&endpoints, expected))
             .await?;
-        // A group scaled to zero: its last voter goes behind a final snapshot at its revision.
+        // A group scaled to zero, not yet asleep: its last voter goes behind a final snapshot at
+        // its revision.
         let hibernating = published
             .cluster
             .as_ref()
-            .filter(|_| group.desired_capacity == 0)
+            .filter(|r| group.desired_capacity == 0 && r.sleeping.is_none())
             .map(|r| r.token.as_str());
         let (listing, backups_failing) = self.backups(meter, &mut seen.backups, hibernating).await;
         Ok(Observation {
