@@ -15,7 +15,8 @@
 //! looked for; a leaf holding one of those names), and the walk from the root runs at the end.
 //! Pages the snapshot's tree does not reach (free pages, which etcd may be rewriting while it
 //! streams) are summarized too but never read: the walk starts from the snapshot's own root.
-//! About 8 bytes per page are kept (16 MiB for an 8 GiB database), and one page run at a time.
+//! About 8 bytes per page are kept (16 MiB for an 8 GiB database), and of one page at a time its
+//! bytes up to its last key (`needs`).
 //!
 //! bbolt's layout: <https://github.com/etcd-io/bbolt/blob/v1.4.3/internal/common/page.go>
 //! (page header, elements), `internal/common/meta.go` (the meta page and its FNV-64a checksum),
