@@ -14,7 +14,7 @@
 //! (a leaf's last revision; a branch's rightmost child and the children under the few names
 //! looked for; a leaf holding one of those names), and the walk from the root runs at the end.
 //! Pages the snapshot's tree does not reach (free pages, which etcd may be rewriting while it
-//! streams) are summarized too but never read: the walk starts from the snapshot's own root.
+//! streams) are summarized too, and never reached: the walk starts from the snapshot's own root.
 //! About 8 bytes per page are kept (16 MiB for an 8 GiB database), and of one page at a time its
 //! bytes up to its last key (`needs`).
 //!
