@@ -322,12 +322,17 @@ impl SnapshotRevision {
             let Some(header) = self.pending.get(start..start + PAGE_HEADER) else {
                 break;
             };
-            let (flags, overflow) = (u16_at(header, 8).unwrap(), u32_at(header, 12).unwrap());
+            let (id, flags) = (u64_at(header, 0).unwrap(), u16_at(header, 8).unwrap());
+            let (count, overflow) = (u16_at(header, 10).unwrap(), u32_at(header, 12).unwrap());
+            let count = usize::from(count);
             let run = (u64::from(overflow) + 1) * size as u64;
-            let fits = self.next + u64::from(overflow) < meta.high && run <= MAX_RUN as u64;
+            // A page of a tree names itself (bbolt writes its id, `tx.allocate`); the bytes of a
+            // value's overflow, passing as a page here, almost never do.
+            let fits = id == self.next
+                && self.next + u64::from(overflow) < meta.high
+                && run <= MAX_RUN as u64
+                && PAGE_HEADER + count * ELEMENT <= run as usize;
             let mut summary = NOT_A_LEAF;
-            let count = usize::from(u16_at(header, 10).unwrap());
-            let fits = fits && PAGE_HEADER + count * ELEMENT <= run as usize;
             if fits && matches!(flags, LEAF | BRANCH) {
                 let Some(head) = self
                     .pending

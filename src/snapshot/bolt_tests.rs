@@ -290,6 +290,12 @@ fn a_file_that_cannot_be_read_says_why_and_gives_no_revision() {
         "{}",
         broken(3 * PS + 8, 0x10)
     );
+    // It does not name itself (a value's bytes passing as a page).
+    assert!(
+        broken(3 * PS, 9).contains("page 3"),
+        "{}",
+        broken(3 * PS, 9)
+    );
     // Its last key is no revision.
     assert!(broken(3 * PS + 32 + 8, b'x').contains("no revision"));
     let e = read(&good[..3 * PS], 4096).unwrap_err();
