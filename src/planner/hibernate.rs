@@ -62,8 +62,8 @@ pub fn hibernate(ctx: &Context, last: &Instance) -> Option<Step> {
     let Some(backup) = final_snapshot else {
         // Unfenced (below 3.6 with authentication on), a steady writer outruns every snapshot:
         // one a minute then, the operator told, not one after another for as long as it writes.
-        let fenced = ctx.view.alarms.iter().any(|a| a.member == FENCE);
-        let outrun = newest.filter(|b| !fenced && ctx.obs.now - b.taken_at < OUTRUN_PAUSE_SECS);
+        let outrun =
+            newest.filter(|b| !fenced(ctx) && ctx.obs.now - b.taken_at < OUTRUN_PAUSE_SECS);
         if let (Some(b), Some(now)) = (outrun, revision) {
             return Some(Step::Wait(Wait::FinalSnapshotPending {
                 instance: last.id.clone(),
@@ -103,13 +103,17 @@ pub fn hibernate(ctx: &Context, last: &Instance) -> Option<Step> {
 /// long as it is up; there the writes of a kept connection after the snapshot stay at risk, as
 /// docs/backups.md says. 3.6 rewraps the whole chain.
 fn needs_fence(ctx: &Context) -> bool {
-    let fenced = ctx.view.alarms.iter().any(|a| a.member == FENCE);
     let unsafe_to_fence = ctx.view.auth_enabled
         && ctx
             .view
             .cluster_version
             .is_none_or(|v| (v.major, v.minor) < (3, 6));
-    !fenced && !unsafe_to_fence
+    !fenced(ctx) && !unsafe_to_fence
+}
+
+/// Whether the function's write fence is raised.
+fn fenced(ctx: &Context) -> bool {
+    ctx.view.alarms.iter().any(|a| a.member == FENCE)
 }
 
 /// The function's write fence (`hibernate`) is lifted once the group wants members again and
