@@ -125,12 +125,18 @@ class ClusterProbes:
             keys += [o["Key"] for o in page.get("Contents", [])]
         out = []
         for key in sorted(k for k in keys if k.endswith(".db") and f"{k}.json" in keys):
-            try:
-                body = self.s3.get_object(Bucket=self.backup_bucket, Key=f"{key}.json")["Body"].read()
-            except self.s3.exceptions.NoSuchKey:
-                continue  # pruned between the listing and now
-            out.append({**json.loads(body), "key": key})
+            manifest = self.manifest(key)
+            if manifest is not None:  # else pruned between the listing and now
+                out.append({**manifest, "key": key})
         return sorted(out, key=lambda b: (b["taken_at"], b["revision"]))
+
+    def manifest(self, key: str) -> dict | None:
+        """The manifest of the backup `key` in this stack's bucket; None once it is gone."""
+        try:
+            body = self.s3.get_object(Bucket=self.backup_bucket, Key=f"{key}.json")["Body"].read()
+        except self.s3.exceptions.NoSuchKey:
+            return None
+        return json.loads(body)
 
     def status_table(self) -> str:
         """What an operator sees: ``etcd-asg status``."""

@@ -137,11 +137,10 @@ class ClientHistory:
         """The revision the backup `key` holds: its manifest's (read from the snapshot's own
         database as it streamed), else the one its key names, read before it streamed (a lower
         bound: a cut declared there lets writes go that the restore kept)."""
-        try:
-            body = self.s3.get_object(Bucket=self.backup_bucket, Key=f"{key}.json")["Body"].read()
-            return int(json.loads(body)["revision"])
-        except Exception:  # noqa: BLE001 - pruned since, or a bucket not ours
-            return int(re.search(r"-rev(\d+)", key).group(1))
+        manifest = self.manifest(key)
+        if manifest is not None:
+            return int(manifest["revision"])
+        return int(re.search(r"-rev(\d+)", key).group(1))
 
     def snapshot_revisions_unread(self) -> list[str]:
         """The function's warnings that a snapshot's own revision could not be read from it (or
