@@ -20,13 +20,13 @@ use sha2::{Digest, Sha256};
 async fn put(client: &reqwest::Client, url: &str, key: &str, value: &str) {
     use base64::Engine;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let r = client
-        .post(format!("{url}/v3/kv/put"))
-        .json(&json!({"key": b64(key), "value": b64(value)}))
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success(), "{r:?}");
+    call(
+        client,
+        url,
+        "/v3/kv/put",
+        json!({"key": b64(key), "value": b64(value)}),
+    )
+    .await;
 }
 
 async fn count(client: &reqwest::Client, url: &str, prefix: &str) -> u64 {
