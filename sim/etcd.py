@@ -213,6 +213,24 @@ class Connection:
             self.conn = None
 
 
+def open_snapshot(client_url: str, timeout: float = 5.0):
+    """A snapshot stream of the member at `client_url`, its first bytes read and the rest left
+    unread: etcd holds the stream's read transaction open (and with it every page it can see)
+    until the response is closed. Close it when done."""
+    creds = _for(client_url)
+    headers = {"Content-Type": "application/json"}
+    if creds is not None and creds.token is not None:
+        headers["Authorization"] = creds.token()
+    req = urllib.request.Request(f"{client_url}/v3/maintenance/snapshot", data=b"{}", headers=headers,
+                                 method="POST")
+    try:
+        r = urllib.request.urlopen(req, timeout=timeout, context=creds.tls if creds else None)
+        r.read(1024)
+    except (OSError, ValueError) as e:
+        raise EtcdError(f"{client_url} snapshot: {e}") from None
+    return r
+
+
 def b64(s: str) -> str:
     return base64.b64encode(s.encode()).decode()
 

@@ -74,6 +74,7 @@ pub fn wrap<G, L, P, M, B>(r: Reconciler<G, L, P, M, B>) -> (Dry<G, L, P, M, B>,
             clock: r.clock,
             backup_failed_at: Default::default(),
             hooks: Default::default(),
+            defragmented: Default::default(),
         },
         refused,
     )
@@ -404,6 +405,7 @@ mod tests {
             clock: Arc::new(move || clock_world.world().now),
             backup_failed_at: Default::default(),
             hooks: Default::default(),
+            defragmented: Default::default(),
         };
         let (dry, refused) = wrap(live);
         let schedule = serde_json::json!({"version": "0", "id": "2", "detail-type": "Scheduled Event",

@@ -59,5 +59,6 @@ pub fn connect(config: Config, aws: &aws_config::SdkConfig) -> Result<Live, Erro
         clock: system_clock(),
         backup_failed_at: Default::default(),
         hooks: Default::default(),
+        defragmented: Default::default(),
     })
 }

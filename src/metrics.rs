@@ -232,7 +232,7 @@ mod tests {
                 zone: None,
                 etcd_version: None,
             }],
-            cluster: ClusterState::Known(ClusterView {
+            cluster: ClusterState::Known(Box::new(ClusterView {
                 cluster_id: 1,
                 healthy: [MemberId(1), MemberId(2)].into(),
                 statuses: [(
@@ -254,7 +254,8 @@ mod tests {
                 token_kinds: vec![],
                 cluster_version: None,
                 peer_connected: Default::default(),
-            }),
+                defragmented: Default::default(),
+            })),
             now: 1000,
             ..Observation::for_tests()
         }

@@ -25,7 +25,7 @@ use tracing::{info, warn, Instrument};
 use crate::config::Config;
 use crate::error::{Class, Error};
 use crate::event::{self, Expected, Trigger};
-use crate::model::{Observation, Timestamp};
+use crate::model::{MemberId, Observation, Timestamp};
 use crate::planner::{self, Plan, Step, Wait};
 use crate::ports::{Backups, Group, Lifecycle, Members, NoBackups, PublishedConfig, Secrets};
 
@@ -77,6 +77,9 @@ pub struct Reconciler<G, L, P, M, B = NoBackups> {
     pub backup_failed_at: std::sync::Mutex<Option<Instant>>,
     /// What the heartbeats of held hooks need, kept for the environment (`heartbeats`).
     pub hooks: Keeper,
+    /// The revision at which this environment last defragmented each member: there its in-use
+    /// figure is exact (`ClusterView::defragmented`).
+    pub defragmented: std::sync::Mutex<std::collections::BTreeMap<MemberId, i64>>,
 }
 
 /// How one pass of the loop ended.
@@ -357,6 +360,12 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         span.in_scope(|| info!(outcome, why = %step.why(), detail = ?step, "decision"));
         if matches!(step, Step::Backup { .. } | Step::Prune { .. }) {
             *self.backup_failed_at.lock().unwrap() = None;
+        }
+        if let Step::Defragment {
+            member, revision, ..
+        } = step
+        {
+            self.defragmented.lock().unwrap().insert(member, revision);
         }
         if self.config.crash_after.as_deref() == Some(step.name()) {
             // Test-only failpoint: die between two steps, as a timeout or OOM would.

@@ -87,7 +87,7 @@ fn member_row(member: Option<(&ClusterView, &Member)>) -> Row {
 /// Every instance of the group, then members whose instance is gone.
 pub fn rows(obs: &Observation, peer_url: impl Fn(&str) -> String) -> Vec<Row> {
     let view = match &obs.cluster {
-        ClusterState::Known(v) => Some(v),
+        ClusterState::Known(v) => Some(&**v),
         ClusterState::Unreachable { .. } => None,
     };
     let mut instances: Vec<&Instance> = obs.instances.iter().collect();
@@ -608,7 +608,7 @@ mod tests {
                 zone: None,
                 etcd_version: None,
             }],
-            cluster: ClusterState::Known(ClusterView {
+            cluster: ClusterState::Known(Box::new(ClusterView {
                 cluster_id: 1,
                 members: vec![voter(1, "i-1"), voter(2, "i-2")],
                 leader: Some(MemberId(1)),
@@ -631,7 +631,8 @@ mod tests {
                 token_kinds: vec![],
                 cluster_version: None,
                 peer_connected: Default::default(),
-            }),
+                defragmented: Default::default(),
+            })),
             now: 10,
             ..Observation::for_tests()
         };

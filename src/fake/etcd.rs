@@ -30,6 +30,46 @@ impl SnapshotStream for Stalls {
     }
 }
 
+/// The view a quorum of the fake's members gives, answered at `endpoint`.
+fn view(w: &crate::fake::World, endpoint: &str, cluster_id: u64) -> ClusterView {
+    ClusterView {
+        cluster_id,
+        members: w.members.clone(),
+        leader: w
+            .members
+            .iter()
+            .find(|m| !m.is_learner && w.live(m))
+            .map(|m| m.id),
+        healthy: w
+            .members
+            .iter()
+            .filter(|m| w.reachable(m))
+            .map(|m| m.id)
+            .collect(),
+        endpoint: endpoint.to_string(),
+        statuses: w
+            .members
+            .iter()
+            .filter(|m| w.reachable(m))
+            .map(|m| (m.id, w.db.get(&m.id).cloned().unwrap_or_default()))
+            .collect(),
+        alarms: w.alarms.clone(),
+        history_compacted: w.compacted > 0
+            && w.compacted >= w.db.values().map(|s| s.revision).max().unwrap_or(0),
+        auth_enabled: w.auth_enabled,
+        root_refused: w.root_refused.clone(),
+        token_kinds: vec![],
+        cluster_version: Some(crate::model::Version::new(3, 6, 0)),
+        peer_connected: w
+            .members
+            .iter()
+            .filter(|m| w.live(m) && w.cut_off.contains(&m.name))
+            .map(|m| m.id)
+            .collect(),
+        defragmented: Default::default(),
+    }
+}
+
 impl Members for Fake {
     async fn observe(&self, endpoints: &[String], cluster: Option<u64>) -> ClusterState {
         let w = self.world();
@@ -48,41 +88,9 @@ impl Members for Fake {
             .filter(|m| !m.is_learner && w.live(m))
             .count();
         match answering {
-            Some(endpoint) if live_voters > voters / 2 => ClusterState::Known(ClusterView {
-                cluster_id,
-                members: w.members.clone(),
-                leader: w
-                    .members
-                    .iter()
-                    .find(|m| !m.is_learner && w.live(m))
-                    .map(|m| m.id),
-                healthy: w
-                    .members
-                    .iter()
-                    .filter(|m| w.reachable(m))
-                    .map(|m| m.id)
-                    .collect(),
-                endpoint: endpoint.clone(),
-                statuses: w
-                    .members
-                    .iter()
-                    .filter(|m| w.reachable(m))
-                    .map(|m| (m.id, w.db.get(&m.id).cloned().unwrap_or_default()))
-                    .collect(),
-                alarms: w.alarms.clone(),
-                history_compacted: w.compacted > 0
-                    && w.compacted >= w.db.values().map(|s| s.revision).max().unwrap_or(0),
-                auth_enabled: w.auth_enabled,
-                root_refused: w.root_refused.clone(),
-                token_kinds: vec![],
-                cluster_version: Some(crate::model::Version::new(3, 6, 0)),
-                peer_connected: w
-                    .members
-                    .iter()
-                    .filter(|m| w.live(m) && w.cut_off.contains(&m.name))
-                    .map(|m| m.id)
-                    .collect(),
-            }),
+            Some(endpoint) if live_voters > voters / 2 => {
+                ClusterState::Known(Box::new(view(&w, endpoint, cluster_id)))
+            }
             // No quorum: the members still alive answer for themselves (status, local list).
             _ => ClusterState::Unreachable {
                 detail: "no endpoint answered".into(),
@@ -201,8 +209,11 @@ impl Members for Fake {
         }
         w.compacted = revision;
         let live = w.live_bytes;
-        for s in w.db.values_mut() {
-            s.db_size_in_use = live.min(s.db_size);
+        let reading = w.reading.clone();
+        for (id, s) in w.db.iter_mut() {
+            if !reading.contains(id) {
+                s.db_size_in_use = live.min(s.db_size);
+            }
         }
         Ok(Compacted::Now)
     }
@@ -216,7 +227,12 @@ impl Members for Fake {
             .find(|m| m.client_urls.iter().any(|u| u == endpoint))
             .map(|m| m.id)
             .ok_or_else(|| refused("defragment", Refusal::MemberNotFound))?;
+        let live = w.live_bytes;
+        let stale = w.compacted > 0 && w.reading.remove(&id);
         if let Some(s) = w.db.get_mut(&id) {
+            if stale {
+                s.db_size_in_use = live.min(s.db_size);
+            }
             s.db_size = s.db_size_in_use;
         }
         Ok(())

@@ -65,6 +65,10 @@ pub struct World {
     pub db: BTreeMap<MemberId, MemberStatus>,
     /// Bytes the live data takes, what a compaction leaves in use.
     pub live_bytes: u64,
+    /// Members with a read open (a snapshot streaming) when a compaction commits: the pages it
+    /// frees stay pending and their in-use figure stays as it was, until a defragmentation
+    /// (bbolt releases pending pages at its next write transaction; under NOSPACE none comes).
+    pub reading: std::collections::BTreeSet<MemberId>,
     pub alarms: Vec<Alarm>,
     pub compacted: i64,
     /// etcd's authentication, and the prefixes granted to users.

@@ -121,7 +121,7 @@ impl Given {
             .filter(|m| m.is_started())
             .map(|m| m.id)
             .collect();
-        self.obs.cluster = ClusterState::Known(ClusterView {
+        self.obs.cluster = ClusterState::Known(Box::new(ClusterView {
             cluster_id: 7,
             members,
             leader,
@@ -135,7 +135,8 @@ impl Given {
             token_kinds: vec![],
             cluster_version: Some(crate::model::Version::new(3, 6, 0)),
             peer_connected: Default::default(),
-        });
+            defragmented: Default::default(),
+        }));
         self
     }
     fn leader(mut self, n: u8) -> Self {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::invocation::{Listed, Meter, Seen};
 use super::Reconciler;
 use crate::error::Error;
-use crate::model::{BackupListing, Observation, PublishedState};
+use crate::model::{BackupListing, ClusterState, Observation, PublishedState};
 use crate::planner::{self, Plan};
 use crate::ports::{Backups, Group, Lifecycle, Members, PublishedConfig, Secrets};
 
@@ -125,9 +125,10 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             endpoints.extend(self.adoption().endpoints().iter().cloned());
         }
         let expected = published.cluster.as_ref().and_then(|r| r.cluster_id);
-        let cluster = meter
+        let mut cluster = meter
             .cluster(self.members.observe(&endpoints, expected))
             .await?;
+        self.mark_defragmented(&mut cluster);
         // A group scaled to zero, not yet asleep: its last voter goes behind a final snapshot at
         // its revision.
         let hibernating = published
@@ -149,6 +150,22 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
             backups_failing,
             now: (self.clock)(),
         })
+    }
+
+    /// The members this environment defragmented at the revision they report now
+    /// (`ClusterView::defragmented`); members gone from the cluster are forgotten.
+    fn mark_defragmented(&self, cluster: &mut ClusterState) {
+        let ClusterState::Known(view) = cluster else {
+            return;
+        };
+        let mut defragmented = self.defragmented.lock().unwrap();
+        defragmented.retain(|id, _| view.members.iter().any(|m| m.id == *id));
+        view.defragmented = view
+            .statuses
+            .iter()
+            .filter(|(id, s)| defragmented.get(id) == Some(&s.revision))
+            .map(|(id, _)| *id)
+            .collect();
     }
 
     /// ADOPT_ENDPOINTS set on a stack whose cluster was not adopted (it started its own first:

@@ -68,6 +68,7 @@ fn reconciler_with(world: &Fake, extra: &[(&str, &str)]) -> Tested {
         clock: Arc::new(move || clock_world.world().now),
         backup_failed_at: Default::default(),
         hooks: Default::default(),
+        defragmented: Default::default(),
     }
 }
 

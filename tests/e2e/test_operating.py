@@ -33,6 +33,16 @@ def _emf_lines(sim):
     return out
 
 
+def _compacted(url):
+    """Whether the member at `url` has applied a compaction (its own answer: HashKV at revision
+    2 is refused as compacted)."""
+    try:
+        etcd.call(url, "/v3/maintenance/hashkv", {"revision": "2"}, timeout=2)
+        return False
+    except etcd.EtcdError as e:
+        return "compacted" in str(e)
+
+
 def _steps(sim):
     return [s for i in sim.function.invocations if i.body for s in i.body.get("steps", [])]
 
@@ -95,6 +105,18 @@ def _a_corrupt_member_is_replaced(simulation, leader: bool) -> str:
 
 @pytest.mark.v37
 def test_nospace_is_recovered_without_an_operator_and_no_latest_value_is_lost(simulation):
+    _nospace_is_recovered(simulation, snapshots_open=False)
+
+
+def test_nospace_is_recovered_with_a_snapshot_streaming_across_the_compaction(simulation):
+    """A snapshot streaming while the compaction commits (a backup, a client's) keeps the pages
+    it frees pending in bbolt, and the member's in-use figure counts them until the next write,
+    which NOSPACE never lets come: the members still look full. Once on CI (etcd 3.7): "the live
+    data (14 MiB) fills the quota" for 4 minutes, of 2 MiB live, and the alarm never disarmed."""
+    _nospace_is_recovered(simulation, snapshots_open=True)
+
+
+def _nospace_is_recovered(simulation, snapshots_open: bool):
     sim = simulation(writer=False, function_env={"QUOTA_BACKEND_BYTES": str(16 * MIB)})
     sim.scale(3)
     sim.wait_converged(3, label="bootstrap")
@@ -114,6 +136,25 @@ def test_nospace_is_recovered_without_an_operator_and_no_latest_value_is_lost(si
     else:
         raise AssertionError("the quota was never reached")
     assert any(a.get("alarm") == "NOSPACE" for a in _alarms(sim)), "NOSPACE raised"
+    if snapshots_open:
+        # A client (kube-apiserver compacts every 5 minutes) compacts while a snapshot streams
+        # from every member; the streams end once each member has applied the compaction.
+        streams = [etcd.open_snapshot(u) for u in sim.running_client_urls()]
+        try:
+            revision = etcd.status(url, timeout=2)["header"]["revision"]
+            etcd.call(url, "/v3/kv/compaction", {"revision": revision, "physical": True}, timeout=10)
+            wait_for("the compaction on every member", 30,
+                     lambda: all(_compacted(u) for u in sim.running_client_urls()))
+            time.sleep(1)
+        finally:
+            for r in streams:
+                r.close()
+        # The precondition, etcd's: some member's in-use figure still counts the history the
+        # compaction removed (2 MiB live), and stays so, nothing writing.
+        time.sleep(1)
+        figures = [(int(s["dbSize"]), int(s["dbSizeInUse"])) for s in _statuses(sim)]
+        print(f"(file, in use) after the compaction, the streams closed: {figures}")
+        assert any(used >= 12 * MIB for _, used in figures), figures
     # The function compacts, defragments every member and disarms: writable again. (Seconds
     # alone; once not within 120 s on CI with four tests at a time, nothing then said why: a
     # failure now carries the function's last lines.)
@@ -125,7 +166,7 @@ def test_nospace_is_recovered_without_an_operator_and_no_latest_value_is_lost(si
         value = etcd.base64.b64decode(got).decode().split(":")[0]
         assert value == str(n) or (key, int(value)) == refused, (key, value, n)
     steps = _steps(sim)
-    assert any(s.startswith("compact") for s in steps), steps
+    assert snapshots_open or any(s.startswith("compact") for s in steps), steps
     assert any(s.startswith("defragment") for s in steps), steps
     assert any(s.startswith("disarm-alarm") for s in steps), steps
     assert all(int(s["dbSize"]) < 16 * MIB for s in _statuses(sim))

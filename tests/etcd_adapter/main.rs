@@ -40,7 +40,7 @@ async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
 
 fn known(state: ClusterState) -> ClusterView {
     match state {
-        ClusterState::Known(v) => v,
+        ClusterState::Known(v) => *v,
         ClusterState::Unreachable { detail, .. } => panic!("unreachable: {detail}"),
     }
 }
@@ -179,7 +179,7 @@ fn managed_member(
 async fn serving(members: &EtcdMembers, endpoints: &[String]) -> ClusterView {
     eventually("etcd over mutual TLS", 30, || async {
         match members.observe(endpoints, None).await {
-            ClusterState::Known(v) if v.leader.is_some() => Some(v),
+            ClusterState::Known(v) if v.leader.is_some() => Some(*v),
             _ => None,
         }
     })

@@ -221,6 +221,7 @@ impl EtcdMembers {
             history_compacted,
             auth_enabled,
             peer_connected,
+            defragmented: Default::default(),
             leader: Some(leader),
             healthy,
             endpoint: endpoint.to_string(),
@@ -469,7 +470,7 @@ impl EtcdMembers {
             match self.view(endpoint, cluster).await {
                 Ok(view) => {
                     *self.preferred.lock().unwrap() = Some(endpoint.clone());
-                    return ClusterState::Known(view);
+                    return ClusterState::Known(Box::new(view));
                 }
                 Err(e) => failures.push(format!("{e:?}")),
             }
