@@ -77,9 +77,8 @@ pub struct Reconciler<G, L, P, M, B = NoBackups> {
     pub backup_failed_at: std::sync::Mutex<Option<Instant>>,
     /// What the heartbeats of held hooks need, kept for the environment (`heartbeats`).
     pub hooks: Keeper,
-    /// The revision at which this environment last defragmented each member: there its in-use
-    /// figure is exact (`ClusterView::defragmented`).
-    pub defragmented: std::sync::Mutex<std::collections::BTreeMap<MemberId, i64>>,
+    /// When this environment last defragmented each member (`ClusterView::defragmented`).
+    pub defragmented: std::sync::Mutex<std::collections::BTreeMap<MemberId, Timestamp>>,
 }
 
 /// How one pass of the loop ended.
@@ -361,11 +360,8 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         if matches!(step, Step::Backup { .. } | Step::Prune { .. }) {
             *self.backup_failed_at.lock().unwrap() = None;
         }
-        if let Step::Defragment {
-            member, revision, ..
-        } = step
-        {
-            self.defragmented.lock().unwrap().insert(member, revision);
+        if let (Step::Defragment { member, .. }, "defragmented") = (&step, outcome) {
+            self.defragmented.lock().unwrap().insert(*member, obs.now);
         }
         if self.config.crash_after.as_deref() == Some(step.name()) {
             // Test-only failpoint: die between two steps, as a timeout or OOM would.

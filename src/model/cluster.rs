@@ -102,11 +102,11 @@ pub struct ClusterView {
     /// reports an active raft connection (etcd's `etcd_network_active_peers` gauge): down for
     /// the function only. Asked only when a started member does not answer.
     pub peer_connected: BTreeSet<MemberId>,
-    /// Members this environment defragmented at the revision they report now: their in-use
-    /// figure is exact. etcd's can count pages a compaction freed while a read was open (a
-    /// snapshot streaming, say): bbolt keeps such pages pending until its next write
-    /// transaction, and under NOSPACE nothing writes. Filled by the reconciler from its own
-    /// memory (a new environment starts with none); empty from the adapters.
+    /// Members this environment defragmented lately (`maintenance::RECHECK_SECS`): their
+    /// in-use figure is taken as exact. etcd's can count pages a compaction freed while a read
+    /// was open (a snapshot streaming, say): bbolt keeps such pages pending, and under NOSPACE
+    /// few writes come to release them. Filled by the reconciler from its own memory (a new
+    /// environment starts with none); empty from the adapters.
     pub defragmented: BTreeSet<MemberId>,
 }
 

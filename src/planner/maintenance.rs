@@ -10,9 +10,10 @@
 //!    any free space in a file at 90 % of the quota): followers first, one at a time; the leader
 //!    last, after moving leadership away;
 //! 3. under `NOSPACE` with nothing left to defragment: a member whose in-use figure takes 90 % of
-//!    the quota is defragmented once at its revision (the figure can count pages still pending
-//!    in bbolt, see `plan`); if the live data alone still takes 90 % of the quota then, wait (an
-//!    ERROR line and a metric say so): disarming would only alarm again;
+//!    the quota is defragmented unless this environment did so in the last `RECHECK_SECS` (the
+//!    figure can count pages still pending in bbolt, see `plan`); if the live data alone still
+//!    takes 90 % of the quota then, wait (an ERROR line and a metric say so): disarming would
+//!    only alarm again;
 //! 4. under `NOSPACE` once the data fits: disarm the alarm.
 //!
 //! Every voter must answer with its status, and every member be a started voter, or nothing here
@@ -26,6 +27,21 @@ use crate::model::{ClusterView, Member, MemberStatus, NOSPACE};
 /// Whether the live data takes 90 % of the quota or more.
 pub fn nearly_full(status: &MemberStatus, quota: u64) -> bool {
     status.db_size_in_use.saturating_mul(10) >= quota.saturating_mul(9)
+}
+
+/// Rule 3: a member's in-use figure is taken at its word for this long after this environment
+/// defragmented it; a member still full after that is defragmented again (once every 15
+/// minutes while the live data truly fills the quota; a figure left stale after a
+/// defragmentation, as when a follower's own compaction ran after it, is mended by the next).
+pub const RECHECK_SECS: i64 = 15 * 60;
+
+/// Rule 3: whether a member defragmented by this environment at `at` (None: never) counts as
+/// defragmented at `now` (`ClusterView::defragmented`).
+pub fn recently_defragmented(
+    at: Option<crate::model::Timestamp>,
+    now: crate::model::Timestamp,
+) -> bool {
+    at.is_some_and(|at| now - at < RECHECK_SECS)
 }
 
 /// Under NOSPACE, free space below this is not worth a defragmentation: bbolt keeps some free
@@ -84,7 +100,6 @@ fn defragment(
     Some(Step::Defragment {
         member: m.id,
         endpoint: endpoint.clone(),
-        revision: view.statuses[&m.id].revision,
         looks_full,
     })
 }
@@ -116,12 +131,16 @@ pub fn plan(view: &ClusterView, settings: &Settings) -> Vec<Step> {
         return vec![];
     }
     // Rule 3: a member that looks full is taken at its word only once this environment has
-    // defragmented it at its revision. etcd's in-use figure is the file less bbolt's free
-    // pages, and pages a compaction freed while a read was open (a snapshot streaming, the
-    // function's own backup) stay pending until bbolt's next write transaction, which NOSPACE
-    // never lets come: https://github.com/etcd-io/etcd/blob/v3.6.17/server/storage/backend/backend.go
-    // (`begin`: sizeInUse from FreePageN), https://github.com/etcd-io/bbolt/blob/v1.4.3/db.go
-    // (`beginRWTx`: ReleasePendingPages, for pages no open read can still see).
+    // defragmented it, lately. etcd's in-use figure is the file less bbolt's free pages as
+    // counted when its last write transaction closed; pages a compaction frees while an older
+    // read is open (a snapshot streaming: a backup, a client's) stay pending until a write
+    // transaction begins after that read ends, and count as in use until etcd commits after
+    // that. Under NOSPACE few writes come (deletes, lease expiries), so the figure can stay
+    // stale. etcd: `begin` (sizeInUse) in server/storage/backend/backend.go,
+    // https://github.com/etcd-io/etcd/blob/v3.6.17/server/storage/backend/backend.go (3.5:
+    // server/mvcc/backend/backend.go); bbolt: pending pages released in `beginRWTx`, the free
+    // count taken in `Tx.close`: https://github.com/etcd-io/bbolt/blob/v1.4.3/db.go and
+    // https://github.com/etcd-io/bbolt/blob/v1.4.3/tx.go (etcd 3.5 uses bbolt 1.3, 3.7 1.5).
     let unverified =
         |m: &Member, s: &MemberStatus| nearly_full(s, quota) && !view.defragmented.contains(&m.id);
     if let Some(step) = defragment(view, true, unverified) {
@@ -212,7 +231,6 @@ mod tests {
         Step::Defragment {
             member: MemberId(n),
             endpoint: format!("http://10.0.0.{n}:2379"),
-            revision: 500 + n as i64,
             looks_full: false,
         }
     }
@@ -221,7 +239,6 @@ mod tests {
         Step::Defragment {
             member: MemberId(n),
             endpoint: format!("http://10.0.0.{n}:2379"),
-            revision: 500 + n as i64,
             looks_full: true,
         }
     }
@@ -373,12 +390,11 @@ mod tests {
     }
 
     /// etcd's in-use figure can count pages a compaction freed while a read was open (bbolt
-    /// keeps them pending until the next write, and NOSPACE stops writes): a member that looks
-    /// full after the compaction is defragmented once at its revision before the live data is
-    /// said to fill the quota. Found on CI: a backup's snapshot stream open across the
+    /// keeps them pending, and under NOSPACE few writes come): a member that looks full after
+    /// the compaction is defragmented before the live data is said to fill the quota. Found on CI: a backup's snapshot stream open across the
     /// compaction, the alarm never disarmed, "delete data" logged of 2 MiB of live data.
     #[test]
-    fn under_nospace_a_full_member_not_defragmented_at_its_revision_is_defragmented_first() {
+    fn under_nospace_a_full_member_not_defragmented_lately_is_defragmented_first() {
         let mut v = compacted(nospace(view([(950, 950), (950, 950), (100, 100)])));
         assert_eq!(plan(&v, &settings()), vec![verify(2)]);
         v.defragmented.insert(MemberId(2));
@@ -388,7 +404,7 @@ mod tests {
         ));
         v.leader = Some(MemberId(3));
         assert_eq!(plan(&v, &settings()), vec![verify(1)]);
-        // Both defragmented at their revisions, the third never full: its figure is left be.
+        // Both defragmented lately, the third never full: its figure is left be.
         v.defragmented.insert(MemberId(1));
         assert!(matches!(
             plan(&v, &settings())[..],
@@ -397,9 +413,17 @@ mod tests {
     }
 
     #[test]
+    fn a_defragmentation_counts_for_fifteen_minutes() {
+        assert!(!recently_defragmented(None, 1000));
+        assert!(recently_defragmented(Some(1000), 1000));
+        assert!(recently_defragmented(Some(1000), 1000 + 15 * 60 - 1));
+        assert!(!recently_defragmented(Some(1000), 1000 + 15 * 60));
+    }
+
+    #[test]
     fn nospace_with_live_data_over_the_quota_is_not_disarmed() {
-        // Compacted, every full member defragmented at its revision, and the live data still
-        // fills the quota.
+        // Compacted, every full member defragmented lately, and the live data still fills the
+        // quota.
         let mut v = compacted(nospace(view([(950, 950), (950, 950), (950, 950)])));
         v.defragmented = v.members.iter().map(|m| m.id).collect();
         assert_eq!(

@@ -98,14 +98,12 @@ pub enum Step {
         revision: i64,
         endpoint: String,
     },
-    /// Defragment one member, through its own client URL. `revision`: the one it reported;
-    /// the environment remembers it defragmented the member there (`ClusterView::defragmented`).
-    /// `looks_full`: under NOSPACE, its in-use figure fills the quota but may count pages still
-    /// pending (maintenance rule 3); otherwise its file is mostly free space.
+    /// Defragment one member, through its own client URL. `looks_full`: under NOSPACE, its
+    /// in-use figure fills the quota but may count pages still pending (maintenance rule 3);
+    /// otherwise its file is mostly free space.
     Defragment {
         member: MemberId,
         endpoint: String,
-        revision: i64,
         looks_full: bool,
     },
     /// Deactivate an alarm once its cause is gone.
@@ -420,7 +418,7 @@ impl Step {
                 "maintenance: the NOSPACE alarm is raised: compact all history up to revision {revision}, then defragment, then disarm"
             ),
             Self::Defragment { member, looks_full: true, .. } => format!(
-                "maintenance: under NOSPACE, member {member}'s in-use figure fills the quota, but it may count pages a compaction freed while a read was open: defragment it, which leaves the live data alone in its file"
+                "maintenance: under NOSPACE, member {member}'s in-use figure fills the quota, but it may count pages a compaction freed while a read was open, and this environment has not defragmented it lately: defragment it, which leaves the live data alone in its file"
             ),
             Self::Defragment { member, .. } => {
                 format!("maintenance: member {member}'s database file is mostly free space: defragment it")

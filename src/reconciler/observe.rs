@@ -152,19 +152,22 @@ impl<G: Group, L: Lifecycle, P: PublishedConfig + Secrets, M: Members, B: Backup
         })
     }
 
-    /// The members this environment defragmented at the revision they report now
-    /// (`ClusterView::defragmented`); members gone from the cluster are forgotten.
+    /// The members this environment defragmented lately (`ClusterView::defragmented`); members
+    /// gone from the cluster are forgotten.
     fn mark_defragmented(&self, cluster: &mut ClusterState) {
         let ClusterState::Known(view) = cluster else {
             return;
         };
+        let now = (self.clock)();
         let mut defragmented = self.defragmented.lock().unwrap();
         defragmented.retain(|id, _| view.members.iter().any(|m| m.id == *id));
         view.defragmented = view
-            .statuses
+            .members
             .iter()
-            .filter(|(id, s)| defragmented.get(id) == Some(&s.revision))
-            .map(|(id, _)| *id)
+            .map(|m| m.id)
+            .filter(|id| {
+                planner::maintenance::recently_defragmented(defragmented.get(id).copied(), now)
+            })
             .collect();
     }
 

@@ -1,6 +1,7 @@
 """Operating on real etcd: NOSPACE recovered by the function, a defragmentation pass with the
 writer running, and the EMF metric lines checked against the simulated cluster."""
 
+import contextlib
 import json
 import time
 
@@ -31,6 +32,24 @@ def _emf_lines(sim):
                 if "_aws" in obj:
                     out.append(obj)
     return out
+
+
+def _compact_with_snapshots_open(sim, url):
+    """A client (kube-apiserver compacts every 5 minutes) compacts all history while a snapshot
+    streams from every member; the streams end once each member has applied the compaction.
+    Each member's (file, in use) a second after."""
+    streams = [etcd.open_snapshot(u) for u in sim.running_client_urls()]
+    try:
+        revision = etcd.status(url, timeout=2)["header"]["revision"]
+        etcd.call(url, "/v3/kv/compaction", {"revision": revision, "physical": True}, timeout=10)
+        wait_for("the compaction on every member", 30,
+                 lambda: all(_compacted(u) for u in sim.running_client_urls()))
+        time.sleep(1)
+    finally:
+        for r in streams:
+            r.close()
+    time.sleep(1)
+    return [(int(s["dbSize"]), int(s["dbSizeInUse"])) for s in _statuses(sim)]
 
 
 def _compacted(url):
@@ -108,11 +127,15 @@ def test_nospace_is_recovered_without_an_operator_and_no_latest_value_is_lost(si
     _nospace_is_recovered(simulation, snapshots_open=False)
 
 
+@pytest.mark.v37
 def test_nospace_is_recovered_with_a_snapshot_streaming_across_the_compaction(simulation):
     """A snapshot streaming while the compaction commits (a backup, a client's) keeps the pages
-    it frees pending in bbolt, and the member's in-use figure counts them until the next write,
-    which NOSPACE never lets come: the members still look full. Once on CI (etcd 3.7): "the live
-    data (14 MiB) fills the quota" for 4 minutes, of 2 MiB live, and the alarm never disarmed."""
+    it frees pending in bbolt, and the member's in-use figure counts them until etcd commits
+    again, which under NOSPACE may never come: the members still look full. Once on CI (etcd
+    3.7): "the live data (14 MiB) fills the quota" for 4 minutes, of 2 MiB live, and the alarm
+    never disarmed. (Whether a member's figure lands above 90 % of the quota with under 1 MiB
+    free, which only the fix recovers, depends on bbolt's layout; the planner's and the
+    reconciler's tests hold that case.)"""
     _nospace_is_recovered(simulation, snapshots_open=True)
 
 
@@ -123,36 +146,27 @@ def _nospace_is_recovered(simulation, snapshots_open: bool):
     url = sim.running_client_urls()[0]
     blob = "x" * (512 * 1024)
     latest = {}
-    # A client rewrites four keys until the history fills the 16 MiB quota.
-    for n in range(200):
-        key = f"/fill/{n % 4}"
-        try:
-            etcd.put(url, key, f"{n}:{blob}", timeout=5)
-            latest[key] = n
-        except etcd.EtcdError as e:
-            assert "database space exceeded" in str(e), e
-            refused = (key, n)  # etcd may have applied the put that crossed the quota
-            break
-    else:
-        raise AssertionError("the quota was never reached")
-    assert any(a.get("alarm") == "NOSPACE" for a in _alarms(sim)), "NOSPACE raised"
+    # With snapshots: no invocation until the client's compaction is done (the function would
+    # compact first).
+    with sim.function.lock if snapshots_open else contextlib.nullcontext():
+        # A client rewrites four keys until the history fills the 16 MiB quota.
+        for n in range(200):
+            key = f"/fill/{n % 4}"
+            try:
+                etcd.put(url, key, f"{n}:{blob}", timeout=5)
+                latest[key] = n
+            except etcd.EtcdError as e:
+                assert "database space exceeded" in str(e), e
+                refused = (key, n)  # etcd may have applied the put that crossed the quota
+                break
+        else:
+            raise AssertionError("the quota was never reached")
+        assert any(a.get("alarm") == "NOSPACE" for a in _alarms(sim)), "NOSPACE raised"
+        if snapshots_open:
+            figures = _compact_with_snapshots_open(sim, url)
     if snapshots_open:
-        # A client (kube-apiserver compacts every 5 minutes) compacts while a snapshot streams
-        # from every member; the streams end once each member has applied the compaction.
-        streams = [etcd.open_snapshot(u) for u in sim.running_client_urls()]
-        try:
-            revision = etcd.status(url, timeout=2)["header"]["revision"]
-            etcd.call(url, "/v3/kv/compaction", {"revision": revision, "physical": True}, timeout=10)
-            wait_for("the compaction on every member", 30,
-                     lambda: all(_compacted(u) for u in sim.running_client_urls()))
-            time.sleep(1)
-        finally:
-            for r in streams:
-                r.close()
         # The precondition, etcd's: some member's in-use figure still counts the history the
         # compaction removed (2 MiB live), and stays so, nothing writing.
-        time.sleep(1)
-        figures = [(int(s["dbSize"]), int(s["dbSizeInUse"])) for s in _statuses(sim)]
         print(f"(file, in use) after the compaction, the streams closed: {figures}")
         assert any(used >= 12 * MIB for _, used in figures), figures
     # The function compacts, defragments every member and disarms: writable again. (Seconds

@@ -88,6 +88,8 @@ async fn nospace_with_a_figure_left_stale_by_an_open_read_is_still_disarmed() {
     let w = world.world();
     assert!(w.alarms.is_empty(), "disarmed: {:#?}", w.calls);
     assert!(w.db.values().all(|s| s.db_size == 100 << 20), "{:?}", w.db);
+    let defragmented = w.calls.iter().filter(|c| c.starts_with("defragment"));
+    assert_eq!(defragmented.count(), 3, "{:#?}", w.calls);
 }
 
 #[tokio::test]
@@ -113,14 +115,33 @@ async fn nospace_with_too_much_live_data_is_never_disarmed() {
         });
     }
     let r = reconciler(&world);
+    let defragmented = || {
+        let w = world.world();
+        let n = w
+            .calls
+            .iter()
+            .filter(|c| c.starts_with("defragment"))
+            .count();
+        assert_eq!(w.alarms.len(), 1);
+        assert!(
+            !w.calls.iter().any(|c| c.starts_with("disarm")),
+            "{:#?}",
+            w.calls
+        );
+        n
+    };
     for _ in 0..3 {
         r.handle(&schedule(), far()).await.unwrap();
     }
-    let w = world.world();
-    assert_eq!(w.alarms.len(), 1);
-    assert!(
-        !w.calls.iter().any(|c| c.starts_with("disarm")),
-        "{:#?}",
-        w.calls
-    );
+    // Each full member once (its figure might have counted pending pages), then only the wait.
+    assert_eq!(defragmented(), 3);
+    world.world().now += crate::planner::maintenance::RECHECK_SECS - 1;
+    r.handle(&schedule(), far()).await.unwrap();
+    assert_eq!(defragmented(), 3);
+    // And again once the last ones are 15 minutes old.
+    world.world().now += 1;
+    for _ in 0..3 {
+        r.handle(&schedule(), far()).await.unwrap();
+    }
+    assert_eq!(defragmented(), 6);
 }
