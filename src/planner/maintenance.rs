@@ -391,8 +391,8 @@ mod tests {
 
     /// etcd's in-use figure can count pages a compaction freed while a read was open (bbolt
     /// keeps them pending, and under NOSPACE few writes come): a member that looks full after
-    /// the compaction is defragmented before the live data is said to fill the quota. Found on CI: a backup's snapshot stream open across the
-    /// compaction, the alarm never disarmed, "delete data" logged of 2 MiB of live data.
+    /// the compaction is defragmented before the live data is said to fill the quota. Found on
+    /// CI (etcd 3.7): the alarm never disarmed, "delete data" logged of 2 MiB of live data.
     #[test]
     fn under_nospace_a_full_member_not_defragmented_lately_is_defragmented_first() {
         let mut v = compacted(nospace(view([(950, 950), (950, 950), (100, 100)])));
