@@ -30,6 +30,12 @@ REFRESH_ENDED = ("Successful", "Failed", "Cancelled", "RollbackSuccessful", "Rol
 MINORS = ["3.6", "3.7"]
 
 
+
+def drawn(candidates: list, draw: float):
+    """The candidate a draw in [0, 1] names. A schedule's draws are rounded to three places, so
+    one can be 1.0 (the nemesis, seed 701: the run broke with an IndexError); it names the last."""
+    return candidates[min(int(draw * len(candidates)), len(candidates) - 1)]
+
 class Run:
     """One seeded run against one simulation: applies the schedule, heals, judges."""
 
@@ -59,7 +65,7 @@ class Run:
         healthy = [i for i in members if i not in self.faulted and i not in exclude]
         if not healthy or len(faulted) >= budget:
             return None
-        return healthy[int(pick * len(healthy))]
+        return drawn(healthy, pick)
 
     def apply(self, op: Op):
         action = getattr(self, f"op_{op.kind}")
@@ -134,7 +140,7 @@ class Run:
         members = [i for i in self.members() if i != a]
         if a is None or not members:
             return "skipped: a minority is faulted already"
-        b = members[int(op.pick2 * len(members))]
+        b = drawn(members, op.pick2)
         table = partition(self.sim, a, b, op.one_way)
         self.faulted[a] = "partitioned"
         self.later(op.seconds, f"heal {a}|{b}", lambda: (heal(table), self.faulted.pop(a, None)))
@@ -149,7 +155,7 @@ class Run:
         named = [m for m in ms if m.get("name") in members]
         if not named:
             return "skipped: no member named yet"
-        m = named[int(op.pick * len(named))]
+        m = drawn(named, op.pick)
         url = self.sim.running_client_urls()[0]
         try:
             etcd.call(url, "/v3/maintenance/alarm",
@@ -174,7 +180,7 @@ class Run:
         zones = sorted(set(self.sim.zone_of().values()))
         if not zones:
             return "skipped: no instance"
-        zone = zones[int(op.pick * len(zones))]
+        zone = drawn(zones, op.pick)
         took = [i for i, z in self.sim.zone_of().items() if z == zone]
         members = self.members()
         faulted = [i for i in self.faulted if i in members]

@@ -6,6 +6,7 @@ lapsed). The long search is `make nemesis`; a seed it finds failing becomes a ca
 import pytest
 
 from sim import nemesis
+from sim.nemesis_run import drawn
 
 # Two seeds whose 90 s schedules together cover every kind of operation (`python -m sim.nemesis --show`);
 # 138 and 578 since the `slow` kind (a slow disk) changed every schedule (71 and 100 before the
@@ -25,3 +26,14 @@ def test_the_same_seed_gives_the_same_schedule():
     assert nemesis.schedule(5, 300) != nemesis.schedule(6, 300)
     kinds = {op.kind for seed in range(1, 30) for op in nemesis.schedule(seed, 600)}
     assert kinds == set(nemesis.KINDS), kinds
+
+
+def test_a_draw_rounded_up_to_one_names_the_last_candidate():
+    """Seed 701 (600 s) draws a pause's victim at 1.0 (0.9995 and up round to it): the run broke
+    with an IndexError at 515 s, never judged. Replay: ETCD_VERSION=3.6 make nemesis SEED=701
+    SECONDS=600."""
+    assert any(op.pick == 1.0 for op in nemesis.schedule(701, 600))
+    assert drawn(["a", "b", "c"], 1.0) == "c"
+    assert drawn(["a", "b", "c"], 0.0) == "a"
+    assert drawn(["a", "b", "c"], 0.667) == "c"
+    assert drawn(["a", "b", "c"], 0.5) == "b"
