@@ -30,11 +30,11 @@ REFRESH_ENDED = ("Successful", "Failed", "Cancelled", "RollbackSuccessful", "Rol
 MINORS = ["3.6", "3.7"]
 
 
-
 def drawn(candidates: list, draw: float):
     """The candidate a draw in [0, 1] names. A schedule's draws are rounded to three places, so
     one can be 1.0 (the nemesis, seed 701: the run broke with an IndexError); it names the last."""
     return candidates[min(int(draw * len(candidates)), len(candidates) - 1)]
+
 
 class Run:
     """One seeded run against one simulation: applies the schedule, heals, judges."""
