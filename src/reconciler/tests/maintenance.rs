@@ -2,29 +2,35 @@
 //! never disarmed while the live data alone is too large.
 
 use super::*;
+use crate::model::{Alarm, MemberStatus};
+
+/// Every member's file at 2 GiB with `in_use` of it in use (the k-th member at revision
+/// 9000 + k × `step`), `live` bytes left in use by a compaction, and NOSPACE raised for the
+/// `alarmed`-th member. The members' ids.
+fn out_of_space(world: &Fake, in_use: u64, step: i64, live: u64, alarmed: usize) -> Vec<MemberId> {
+    let mut w = world.world();
+    let ids: Vec<MemberId> = w.members.iter().map(|m| m.id).collect();
+    for (k, id) in ids.iter().enumerate() {
+        let status = MemberStatus {
+            db_size: 2 << 30,
+            db_size_in_use: in_use,
+            version: "3.5.1".into(),
+            revision: 9000 + k as i64 * step,
+        };
+        w.db.insert(*id, status);
+    }
+    w.live_bytes = live;
+    w.alarms.push(Alarm {
+        member: ids[alarmed],
+        kind: "NOSPACE".into(),
+    });
+    ids
+}
 
 #[tokio::test]
 async fn nospace_is_compacted_defragmented_member_by_member_and_disarmed() {
-    use crate::model::{Alarm, MemberStatus};
     let world = three_member_cluster().await;
-    {
-        let mut w = world.world();
-        let ids: Vec<MemberId> = w.members.iter().map(|m| m.id).collect();
-        for (k, id) in ids.iter().enumerate() {
-            let status = MemberStatus {
-                db_size: 2 << 30,
-                db_size_in_use: (2 << 30) - 1000,
-                version: "3.5.1".into(),
-                revision: 9000 + k as i64,
-            };
-            w.db.insert(*id, status);
-        }
-        w.live_bytes = 100 << 20;
-        w.alarms.push(Alarm {
-            member: ids[1],
-            kind: "NOSPACE".into(),
-        });
-    }
+    out_of_space(&world, (2 << 30) - 1000, 1, 100 << 20, 1);
     converge(&world, &[schedule()]).await;
     let w = world.world();
     assert!(w.alarms.is_empty(), "disarmed");
@@ -57,33 +63,15 @@ async fn nospace_is_compacted_defragmented_member_by_member_and_disarmed() {
 }
 
 /// A snapshot streaming from a member while the compaction commits leaves its in-use figure
-/// counting the freed pages (bbolt keeps them pending until a write, and NOSPACE stops
-/// writes): the member looks full though 100 MiB are live. It is defragmented, which makes the
+/// counting the freed pages (bbolt keeps them pending, and under NOSPACE few writes come to
+/// release them): the member looks full though 100 MiB are live. It is defragmented, which makes the
 /// figure exact, and the alarm disarmed. Before: "live data over the quota" for ever (CI, etcd
 /// 3.7, the function's own backup overlapping the compaction).
 #[tokio::test]
 async fn nospace_with_a_figure_left_stale_by_an_open_read_is_still_disarmed() {
-    use crate::model::{Alarm, MemberStatus};
     let world = three_member_cluster().await;
-    {
-        let mut w = world.world();
-        let ids: Vec<MemberId> = w.members.iter().map(|m| m.id).collect();
-        for id in &ids {
-            let status = MemberStatus {
-                db_size: 2 << 30,
-                db_size_in_use: (2 << 30) - 1000,
-                version: "3.5.1".into(),
-                revision: 9000,
-            };
-            w.db.insert(*id, status);
-        }
-        w.live_bytes = 100 << 20;
-        w.reading.insert(ids[1]);
-        w.alarms.push(Alarm {
-            member: ids[0],
-            kind: "NOSPACE".into(),
-        });
-    }
+    let ids = out_of_space(&world, (2 << 30) - 1000, 0, 100 << 20, 0);
+    world.world().reading.insert(ids[1]);
     converge(&world, &[schedule()]).await;
     let w = world.world();
     assert!(w.alarms.is_empty(), "disarmed: {:#?}", w.calls);
@@ -94,26 +82,8 @@ async fn nospace_with_a_figure_left_stale_by_an_open_read_is_still_disarmed() {
 
 #[tokio::test]
 async fn nospace_with_too_much_live_data_is_never_disarmed() {
-    use crate::model::{Alarm, MemberStatus};
     let world = three_member_cluster().await;
-    {
-        let mut w = world.world();
-        let ids: Vec<MemberId> = w.members.iter().map(|m| m.id).collect();
-        for id in &ids {
-            let status = MemberStatus {
-                db_size: 2 << 30,
-                db_size_in_use: 2 << 30,
-                version: "3.5.1".into(),
-                revision: 9000,
-            };
-            w.db.insert(*id, status);
-        }
-        w.live_bytes = 2 << 30;
-        w.alarms.push(Alarm {
-            member: ids[0],
-            kind: "NOSPACE".into(),
-        });
-    }
+    out_of_space(&world, 2 << 30, 0, 2 << 30, 0);
     let r = reconciler(&world);
     let defragmented = || {
         let w = world.world();
