@@ -51,6 +51,16 @@ var ruleCases = []ruleCase{
 		}
 		return f
 	}},
+	{"a delete delivered before the only write that could cause it was called", ruleWatchCause, "called after the event arrived", func() *fx {
+		f := base()
+		f.put(k2, "e", 6)
+		for w := 0; w < 2; w++ {
+			f.events(w, 1, cl, putEv(kv(k2, "e", 6, 6, 1)))
+			f.events(w, 1, cl, delEv(k2, 7))
+		}
+		f.failed(history.Op{Kind: "delete", Key: k2}) // could have deleted k2 at 7, but too late
+		return f
+	}},
 	// 2. Two acknowledged writes at one revision, in two key groups (porcupine sees each alone).
 	{"two acknowledged writes at one revision", ruleOneWrite, "two writes at revision 2", func() *fx {
 		f := newFx()

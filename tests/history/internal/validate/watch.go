@@ -311,14 +311,23 @@ func (c *checker) deleteCause(w *watchCheck, s *wsession, r *history.WatchResp, 
 		}
 		return ""
 	}
+	late := 0
 	for _, i := range w.deleters[key] {
 		o := &c.h.Ops[i]
-		if o.Call > r.Time {
+		if !(o.Status == "fail" || o.Kind == "revoke" && o.Status == "ok" && o.Header.Cluster == s.cluster && o.Header.Revision == rev) {
 			continue
 		}
-		if o.Status == "fail" || o.Kind == "revoke" && o.Status == "ok" && o.Header.Cluster == s.cluster && o.Header.Revision == rev {
-			return ""
+		if o.Call > r.Time {
+			late++
+			continue
 		}
+		return ""
+	}
+	if late > 0 {
+		// The event arrived before any write that could have caused it was called: a response
+		// delivered out of its place, or a clock that ran backwards.
+		return fmt.Sprintf("event deletes %s at revision %d, which no client's write can have done there: "+
+			"the %d that could were called after the event arrived", key, rev, late)
 	}
 	return fmt.Sprintf("event deletes %s at revision %d, which no client's write can have done there", key, rev)
 }
