@@ -36,6 +36,21 @@ def drawn(candidates: list, draw: float):
     return candidates[min(int(draw * len(candidates)), len(candidates) - 1)]
 
 
+def version_refused(minor: str, cluster: str | None, newest: str) -> str:
+    """Why the template may not move to `minor` ("" if it may): forward at any time; back only
+    while the cluster version is known and no newer. With none known (asleep, waking, or no
+    member answering) the cluster may be at `newest`, the newest minor the template ran, and its
+    final snapshot would need it: seed 703 moved the template back to 3.6 while a 3.7 cluster
+    slept, and the wake waited (`no-restorable-backup`) for an operator who never came."""
+    if MINORS.index(minor) >= MINORS.index(newest):
+        return ""
+    if not cluster:
+        return "skipped: the cluster version is unknown (asleep, or no member answers)"
+    if MINORS.index(minor) < max((MINORS.index(m) for m in MINORS if cluster.startswith(m + ".")), default=0):
+        return f"skipped: the cluster version is {cluster}"
+    return ""
+
+
 class Run:
     """One seeded run against one simulation: applies the schedule, heals, judges."""
 
@@ -210,10 +225,9 @@ class Run:
         instance as the group replaces them), back only while the cluster version allows it (a
         member older than the cluster version would be refused: that case is an e2e test's,
         which an operator fixes by hand)."""
-        cluster = self.sim.cluster_version() or ""
-        if MINORS.index(op.minor) < max((MINORS.index(m) for m in MINORS if cluster.startswith(m + ".")),
-                                        default=0):
-            return f"skipped: the cluster version is {cluster}"
+        refused = version_refused(op.minor, self.sim.cluster_version(), self.newest)
+        if refused:
+            return refused
         self.sim.etcd_bin = etcd.binary(op.minor)
         self.newest = max(self.newest, op.minor, key=MINORS.index)
         return f"launches run etcd {etcd.version_of(self.sim.etcd_bin)}"

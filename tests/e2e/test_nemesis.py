@@ -6,7 +6,7 @@ lapsed). The long search is `make nemesis`; a seed it finds failing becomes a ca
 import pytest
 
 from sim import nemesis
-from sim.nemesis_run import drawn
+from sim.nemesis_run import drawn, version_refused
 
 # Two seeds whose 90 s schedules together cover every kind of operation (`python -m sim.nemesis --show`);
 # 138 and 578 since the `slow` kind (a slow disk) changed every schedule (71 and 100 before the
@@ -37,3 +37,17 @@ def test_a_draw_rounded_up_to_one_names_the_last_candidate():
     assert drawn(["a", "b", "c"], 0.0) == "a"
     assert drawn(["a", "b", "c"], 0.667) == "c"
     assert drawn(["a", "b", "c"], 0.5) == "b"
+
+
+def test_the_template_moves_back_only_while_the_cluster_version_allows_it():
+    """Seed 703 (3.6, 600 s) moved the template back to 3.6 while a cluster at 3.7 slept: no member
+    answered, so the cluster version read as none and the move was let through. The wake then
+    waited, as it must (`no-restorable-backup`: a 3.6 seed cannot restore the 3.7 final
+    snapshot), for an operator who never came, and the run was judged not converged. Replay:
+    ETCD_VERSION=3.6 make nemesis SEED=703 SECONDS=600."""
+    assert any(op.kind == "version" and op.minor == "3.6" for op in nemesis.schedule(703, 600))
+    assert version_refused("3.6", None, "3.7").startswith("skipped: the cluster version is unknown")
+    assert version_refused("3.6", "3.7.0", "3.7") == "skipped: the cluster version is 3.7.0"
+    assert version_refused("3.6", "3.6.0", "3.7") == ""  # mid-upgrade: back is still allowed
+    assert version_refused("3.7", None, "3.7") == ""  # forward (or level) at any time
+    assert version_refused("3.7", None, "3.6") == ""
