@@ -51,7 +51,7 @@ var ruleCases = []ruleCase{
 		}
 		return f
 	}},
-	{"a delete delivered before the only write that could cause it was called", ruleWatchCause, "called after the event arrived", func() *fx {
+	{"a delete delivered before the only write that could cause it was called", ruleWatchCause, "the only write that could was called after the event arrived", func() *fx {
 		f := base()
 		f.put(k2, "e", 6)
 		for w := 0; w < 2; w++ {

@@ -326,8 +326,12 @@ func (c *checker) deleteCause(w *watchCheck, s *wsession, r *history.WatchResp, 
 	if late > 0 {
 		// The event arrived before any write that could have caused it was called: a response
 		// delivered out of its place, or a clock that ran backwards.
+		which := "the only write that could was"
+		if late > 1 {
+			which = fmt.Sprintf("the %d writes that could were", late)
+		}
 		return fmt.Sprintf("event deletes %s at revision %d, which no client's write can have done there: "+
-			"the %d that could were called after the event arrived", key, rev, late)
+			"%s called after the event arrived", key, rev, which)
 	}
 	return fmt.Sprintf("event deletes %s at revision %d, which no client's write can have done there", key, rev)
 }
