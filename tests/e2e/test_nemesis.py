@@ -5,8 +5,8 @@ lapsed). The long search is `make nemesis`; a seed it finds failing becomes a ca
 
 import pytest
 
-from sim import nemesis
-from sim.nemesis_run import drawn, version_refused
+from sim import etcd, nemesis
+from sim.nemesis_run import Run, drawn, version_refused
 
 # Two seeds whose 90 s schedules together cover every kind of operation (`python -m sim.nemesis --show`);
 # 138 and 578 since the `slow` kind (a slow disk) changed every schedule (71 and 100 before the
@@ -51,3 +51,22 @@ def test_the_template_moves_back_only_while_the_cluster_version_allows_it():
     assert version_refused("3.6", "3.6.0", "3.7") == ""  # mid-upgrade: back is still allowed
     assert version_refused("3.7", None, "3.7") == ""  # forward (or level) at any time
     assert version_refused("3.7", None, "3.6") == ""
+
+
+class _Asleep:
+    """A simulation whose cluster, at 3.7, is asleep: no member answers to say its version."""
+
+    def __init__(self):
+        self.etcd_bin = etcd.binary("3.7")
+
+    def cluster_version(self):
+        return None
+
+
+def test_seed_703s_move_back_is_skipped_while_the_cluster_sleeps():
+    """The run's own `version` operation of seed 703, against a sleeping 3.7 cluster: skipped,
+    and new instances still boot 3.7 (before: "launches run etcd 3.6.17")."""
+    run = Run(_Asleep(), 703, [], log=lambda _: None)
+    op = next(op for op in nemesis.schedule(703, 600) if op.kind == "version" and op.minor == "3.6")
+    assert run.op_version(op).startswith("skipped: the cluster version is unknown")
+    assert run.sim.etcd_bin == etcd.binary("3.7")
