@@ -188,20 +188,41 @@ fn removal(ctx: &Context, l: &Leaving, fresh_snapshot: Option<&Step>) -> Step {
     }
 }
 
-/// A started, healthy voter that is staying, and that etcd has not found corrupt (a leader's
-/// data is what every learner added under it receives).
+/// A started, healthy voter that etcd has not found corrupt (a leader's data is what every
+/// learner added under it receives): one that is staying, else, when every instance is leaving
+/// (a group scaled to zero), the one that leaves last.
+///
+/// A leader is never removed while another voter could take over, even one that leaves next: a
+/// removed leader can leave a lone survivor that does not know what it last committed, and
+/// etcd's raft answers a single voter's ReadIndex with its commit index before it has committed
+/// an entry of its own term (`stepLeader`, `MsgReadIndex`, the `IsSingleton` case, in
+/// https://github.com/etcd-io/raft/blob/main/raft.go): a linearizable read that goes back in
+/// time. The nemesis found it (seed 708, docs/simulation.md): a scale to zero removed the leader
+/// of two, and the survivor, elected alone, served a read one revision below a write the old
+/// leader had acknowledged.
 fn transferee(ctx: &Context, from: MemberId) -> Option<MemberId> {
     let corrupt = ctx.view.corrupt();
-    ctx.view
+    let candidates: Vec<(&Member, &Instance)> = ctx
+        .view
         .voters()
         .filter(|v| v.id != from && v.is_started() && ctx.healthy(v))
         .filter(|v| !corrupt.contains(&v.id))
-        .filter(|v| {
-            ctx.instance_of(v)
-                .is_some_and(|i| i.state != LifecycleState::TerminatingWait)
-        })
-        .map(|v| v.id)
-        .min()
+        .filter_map(|v| Some((v, ctx.instance_of(v)?)))
+        .collect();
+    let leaving = |i: &Instance| i.state == LifecycleState::TerminatingWait;
+    let staying = candidates
+        .iter()
+        .filter(|(_, i)| !leaving(i))
+        .map(|(v, _)| v.id)
+        .min();
+    // Removals go oldest first (`terminating`): the newest leaves last.
+    staying.or_else(|| {
+        candidates
+            .iter()
+            .filter(|(_, i)| leaving(i))
+            .max_by(|(_, a), (_, b)| (a.launched_at, &a.id).cmp(&(b.launched_at, &b.id)))
+            .map(|(v, _)| v.id)
+    })
 }
 
 /// Rule 6: voters whose etcd is down while their instance is in service; then instances of an

@@ -45,6 +45,42 @@ fn a_terminating_leader_hands_leadership_to_a_staying_healthy_voter_first() {
 }
 
 #[test]
+fn a_leader_leaving_a_group_scaled_to_zero_hands_over_to_the_voter_that_leaves_last() {
+    // The nemesis, seed 708: the leader of two removed at once; the survivor, elected alone,
+    // answered a linearizable read below a write the old leader had acknowledged.
+    let two = given(vec![inst(1, TerminatingWait), inst(2, TerminatingWait)])
+        .record(1)
+        .members(vec![voter(1), voter(2)])
+        .leader(1)
+        .desired(0);
+    assert!(
+        matches!(two.plan(), Step::TransferLeadership { from, to, .. } if from == id(1) && to == id(2)),
+        "{:?}",
+        two.plan()
+    );
+    let three = |leader: u8| {
+        given(vec![
+            inst(1, TerminatingWait),
+            inst(2, TerminatingWait),
+            inst(3, TerminatingWait),
+        ])
+        .record(1)
+        .members(vec![voter(1), voter(2), voter(3)])
+        .leader(leader)
+        .desired(0)
+    };
+    assert!(
+        matches!(three(1).plan(), Step::TransferLeadership { from, to, .. } if from == id(1) && to == id(3))
+    );
+    // A leader that leaves later stays leader while the older ones go.
+    assert!(matches!(three(3).plan(), Step::RemoveMember { member, .. } if member == id(1)));
+    // A leader that does not answer is removed all the same: an election moves leadership anyway.
+    assert!(
+        matches!(three(1).unhealthy(1).plan(), Step::RemoveMember { member, .. } if member == id(1))
+    );
+}
+
+#[test]
 fn a_hung_terminating_leader_is_removed_without_a_handover() {
     let g = given(vec![
         inst(1, TerminatingWait),
