@@ -192,9 +192,9 @@ fn removal(ctx: &Context, l: &Leaving, fresh_snapshot: Option<&Step>) -> Step {
 /// learner added under it receives): one that is staying, else, when every instance is leaving
 /// (a group scaled to zero), the one that leaves last.
 ///
-/// A leader is never removed while another voter could take over, even one that leaves next: a
-/// removed leader can leave a lone survivor that does not know what it last committed, and
-/// etcd's raft answers a single voter's ReadIndex with its commit index before it has committed
+/// A leader that answers is not removed while another sound voter could take over, even one that
+/// leaves next: a removed leader can leave a lone survivor that does not know what it last
+/// committed, and etcd's raft answers a single voter's ReadIndex with its commit index before it has committed
 /// an entry of its own term (`stepLeader`, `MsgReadIndex`, the `IsSingleton` case, in
 /// https://github.com/etcd-io/raft/blob/main/raft.go): a linearizable read that goes back in
 /// time. The nemesis found it (seed 708, docs/simulation.md): a scale to zero removed the leader
