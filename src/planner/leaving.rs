@@ -194,12 +194,12 @@ fn removal(ctx: &Context, l: &Leaving, fresh_snapshot: Option<&Step>) -> Step {
 ///
 /// A leader that answers is not removed while another sound voter could take over, even one that
 /// leaves next: a removed leader can leave a lone survivor that does not know what it last
-/// committed, and etcd's raft answers a single voter's ReadIndex with its commit index before it has committed
-/// an entry of its own term (`stepLeader`, `MsgReadIndex`, the `IsSingleton` case, in
-/// https://github.com/etcd-io/raft/blob/main/raft.go): a linearizable read that goes back in
-/// time. The nemesis found it (seed 708, docs/simulation.md): a scale to zero removed the leader
-/// of two, and the survivor, elected alone, served a read one revision below a write the old
-/// leader had acknowledged.
+/// committed, and etcd's raft answers a single voter's ReadIndex with its commit index before
+/// it has committed an entry of its own term (`stepLeader`, `MsgReadIndex`, the `IsSingleton`
+/// case, in https://github.com/etcd-io/raft/blob/main/raft.go): a linearizable read that goes
+/// back in time. The nemesis found it (seed 708, docs/simulation.md): a scale to zero removed
+/// the leader of two, and the survivor, elected alone, served a read one revision below a write
+/// the old leader had acknowledged.
 fn transferee(ctx: &Context, from: MemberId) -> Option<MemberId> {
     let corrupt = ctx.view.corrupt();
     let candidates: Vec<(&Member, &Instance)> = ctx
