@@ -47,7 +47,21 @@ pub fn etcd_bin() -> String {
         .unwrap_or_else(|| "etcd".into())
 }
 
+/// A loopback port free now, for a process started next. Taken below Linux's ephemeral range
+/// (`net.ipv4.ip_local_port_range`, 32768-60999 by default), from which the kernel also picks
+/// the local port of every outgoing connection: one of those could take a port probed there
+/// before etcd binds it (an adapter run once saw a fresh etcd never answer).
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let seed = u64::from(std::process::id()).wrapping_mul(2_654_435_761);
+    for _ in 0..2_000 {
+        let n = seed.wrapping_add(NEXT.fetch_add(7_919, Ordering::Relaxed));
+        let port = 20_000 + (n % 12_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
