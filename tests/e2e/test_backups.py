@@ -517,7 +517,8 @@ def _self_removals(sim) -> dict[int, str]:
     for iid in sim.instances:
         role = None
         try:
-            lines = open(os.path.join(sim.workdir, iid, "boot.log")).read().splitlines()
+            with open(os.path.join(sim.workdir, iid, "boot.log")) as f:
+                lines = f.read().splitlines()
         except FileNotFoundError:
             continue
         for line in lines:
@@ -525,7 +526,7 @@ def _self_removals(sim) -> dict[int, str]:
                 continue
             entry = json.loads(line)
             msg = entry.get("msg", "")
-            if re.search(r" became leader at term ", msg):
+            if " became leader at term " in msg:
                 role = "leader"
             elif re.search(r" became (follower|candidate|pre-candidate) at term ", msg):
                 role = "follower"
